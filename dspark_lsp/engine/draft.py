@@ -1,0 +1,63 @@
+"""The interface every draft source implements (draft model, n-gram lookup, masked parallel drafter).
+
+A draft source is handed the *whole* context (prompt + tokens accepted so far) on every call. It keeps
+whatever state it likes (a KV cache, an n-gram index) and re-synchronises it itself by comparing the new
+context with what it saw last (longest common prefix, then crop / extend). That keeps rollback out of the
+decode loop: after a rejection the loop simply passes a shorter context next time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import torch
+
+
+@dataclass
+class Proposal:
+    """Tokens proposed by one draft call.
+
+    ``tokens[i]`` is a target-vocabulary id. ``confidence[i]`` is the draft's probability of that token
+    (its top probability under greedy drafting); the scheduler stops early when it drops below tau.
+    ``dists[i]`` (optional) is the full draft distribution q over the *target* vocabulary that
+    ``tokens[i]`` was sampled from; it is required only for speculative sampling (temperature > 0).
+    ``forwards`` counts draft-model forward passes spent (0 for n-gram lookup).
+    """
+
+    tokens: list[int] = field(default_factory=list)
+    confidence: list[float] = field(default_factory=list)
+    dists: list[torch.Tensor] | None = None
+    forwards: int = 0
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+@runtime_checkable
+class DraftSource(Protocol):
+    """Proposes up to ``max_tokens`` continuation tokens for ``context``.
+
+    ``parallel=False``: one autoregressive step (a single token) unless the caller asks for more, in which
+    case the source may loop. ``parallel=True``: propose several tokens at once (mask tokens / n-gram).
+    ``tau`` lets the source stop early when its own confidence falls below it.
+    ``temperature > 0`` asks for sampled tokens and ``dists``; ``generator`` makes sampling reproducible.
+    """
+
+    name: str
+    supports_parallel: bool
+
+    def propose(
+        self,
+        context: list[int],
+        max_tokens: int,
+        *,
+        parallel: bool,
+        tau: float,
+        temperature: float = 0.0,
+        generator: torch.Generator | None = None,
+    ) -> Proposal: ...
+
+    def reset(self) -> None:
+        """Forget all cached state (called between unrelated calls when memory must be freed)."""
+        ...
