@@ -1,0 +1,1 @@
+"""Helpers for tests and demos: tiny random models that load in well under a second."""
