@@ -1,0 +1,15 @@
+"""LSP method handlers, one module per concern; `register_all` attaches them to a server."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dspark_lsp.lsp.server import DSparkServer
+
+
+def register_all(server: DSparkServer) -> None:
+    from dspark_lsp.lsp.handlers import completion, configuration, documents, lifecycle, stats
+
+    for module in (lifecycle, documents, configuration, completion, stats):
+        module.register(server)

@@ -1,0 +1,73 @@
+"""workspace/didChangeConfiguration, and applying settings (also used at `initialized`)."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from lsprotocol import types
+
+from dspark_lsp.lsp.settings import SECTION, LspSettings, merge, section_of
+
+if TYPE_CHECKING:
+    from dspark_lsp.lsp.server import DSparkServer
+
+log = logging.getLogger(__name__)
+
+
+def apply_settings(server: DSparkServer, *, reason: str) -> None:
+    """Recompute the effective settings, report invalid values, and load / reload / update the service."""
+    try:
+        backend = server.ensure_backend()
+    except Exception as exc:  # the service module itself is broken or missing
+        log.exception("the completion service is unavailable")
+        server.channel.show_message(
+            f"DSpark: the completion service is unavailable: {exc}", types.MessageType.Error
+        )
+        server.channel.status("error", f"service unavailable: {exc}")
+        return
+    settings = merge(server.init_options, server.latest_section)
+    lsp_settings, problems = LspSettings.from_settings(settings)
+    try:
+        config, config_problems = backend.config_from_settings(settings, None)
+    except Exception as exc:  # from_settings should report, not raise; survive it if it does
+        log.exception("reading the settings failed")
+        config, config_problems = backend.config_from_settings({}, None)
+        config_problems = [f"could not read the settings ({exc}); using defaults"]
+    problems.extend(config_problems)
+    if problems:
+        text = "; ".join(problems)
+        log.warning("invalid settings (%s): %s", reason, text)
+        server.channel.show_message(f"DSpark settings: {text}", types.MessageType.Warning)
+    server.lsp_settings = lsp_settings
+    server.config = config
+    assert server.models is not None
+    server.models.apply(config, lsp_settings.enable)
+
+
+def register(server: DSparkServer) -> None:
+    @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    async def did_change_configuration(params: types.DidChangeConfigurationParams) -> None:
+        section = section_of(params.settings, flat_ok=False)
+        if section is None and _can_pull(server):
+            # Clients that send `settings: null` expect us to pull the section.
+            try:
+                items = [types.ConfigurationItem(section=SECTION)]
+                answer = await server.workspace_configuration_async(types.ConfigurationParams(items=items))
+                pulled: Any = answer[0] if answer else None
+                section = pulled if isinstance(pulled, dict) else None
+            except Exception as exc:
+                log.warning("workspace/configuration failed: %s", exc)
+        if section is None:
+            log.info("didChangeConfiguration without a %r section; settings unchanged", SECTION)
+            return
+        server.latest_section = section
+        apply_settings(server, reason="didChangeConfiguration")
+
+
+def _can_pull(server: DSparkServer) -> bool:
+    try:
+        workspace = server.client_capabilities.workspace
+    except Exception:
+        return False
+    return bool(workspace is not None and workspace.configuration)

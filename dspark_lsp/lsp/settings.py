@@ -1,0 +1,68 @@
+"""Settings that belong to the LSP layer itself (the rest map onto ServiceConfig in the service).
+
+Clients send settings in two places: `initializationOptions` (flat, or under "dspark") and
+`workspace/didChangeConfiguration` (`{"dspark": {...}}`, or null, meaning "pull them with
+workspace/configuration"). The effective settings are the init options overlaid with the latest section.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+SECTION = "dspark"
+MAX_DEBOUNCE_MS = 5000
+
+
+@dataclass(frozen=True)
+class LspSettings:
+    enable: bool = True
+    debounce_ms: int = 150
+
+    @classmethod
+    def from_settings(cls, settings: dict[str, Any]) -> tuple[LspSettings, list[str]]:
+        """Read `enable` and `debounceMs`; invalid values fall back to defaults with a problem line."""
+        problems: list[str] = []
+        enable = cls.enable
+        debounce = cls.debounce_ms
+        if "enable" in settings and settings["enable"] is not None:
+            value = settings["enable"]
+            if isinstance(value, bool):
+                enable = value
+            else:
+                problems.append(f"dspark.enable must be true or false, got {value!r}; using {enable}")
+        if "debounceMs" in settings and settings["debounceMs"] is not None:
+            value = settings["debounceMs"]
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= MAX_DEBOUNCE_MS:
+                debounce = int(value)
+            else:
+                problems.append(
+                    f"dspark.debounceMs must be a number from 0 to {MAX_DEBOUNCE_MS}, got {value!r}; "
+                    f"using {debounce}"
+                )
+        return cls(enable=enable, debounce_ms=debounce), problems
+
+
+def section_of(payload: Any, *, flat_ok: bool) -> dict[str, Any] | None:
+    """The `dspark` section of a settings payload.
+
+    `flat_ok` accepts a payload that is itself the section (initializationOptions written by hand in
+    Neovim/Helix configs usually are). Returns None when there is no usable section.
+    """
+    if not isinstance(payload, dict):
+        return None
+    inner = payload.get(SECTION)
+    if isinstance(inner, dict):
+        return dict(inner)
+    if flat_ok and SECTION not in payload:
+        return dict(payload)
+    return None
+
+
+def merge(init_options: dict[str, Any], latest: dict[str, Any] | None) -> dict[str, Any]:
+    """Init options overlaid with the latest configuration section (keys set to null are dropped so
+    they fall back to defaults)."""
+    merged = dict(init_options)
+    if latest:
+        merged.update(latest)
+    return {k: v for k, v in merged.items() if v is not None}

@@ -1,0 +1,189 @@
+"""Runs completions off the event loop: debounce, cancel-previous per document, $/cancelRequest.
+
+A request gets a `Cancellation`; a newer request on the same document cancels the older one (its
+debounce wakes at once, its decode stops at the next round because the service polls the
+threading.Event). The superseded request answers with an empty result rather than an error: the editor
+has already moved on and an error would only be noise in its log. `$/cancelRequest` cancels the
+asyncio task (pygls then answers RequestCancelled); we translate that into the same event so a running
+decode stops too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import resource
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any
+
+from dspark_lsp.errors import UserError
+from dspark_lsp.lsp.loader import ModelManager
+
+log = logging.getLogger(__name__)
+
+RECENT = 100  # per-request records kept for dspark/stats
+
+
+class Cancellation:
+    """A cancel flag visible to both the event loop (awaitable) and the worker thread (polled)."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self._wake = asyncio.Event()  # created on the loop: only the loop may set/await it
+
+    @property
+    def cancelled(self) -> bool:
+        return self.event.is_set()
+
+    def cancel(self) -> None:
+        self.event.set()
+        self._wake.set()
+
+    async def wait(self, seconds: float) -> bool:
+        """Sleep up to `seconds`; True if cancelled meanwhile (returns as soon as it is)."""
+        try:
+            await asyncio.wait_for(self._wake.wait(), timeout=seconds)
+        except asyncio.TimeoutError:
+            pass
+        return self.cancelled
+
+
+@dataclass
+class Outcome:
+    """What a completion request ended as. `text` is empty unless status == "ok"."""
+
+    status: str  # ok | empty | superseded | cancelled | not_ready | error
+    text: str = ""
+    result: Any = None
+    latency_ms: float = 0.0
+    detail: str = ""
+
+
+@dataclass
+class _Record:
+    uri: str
+    status: str
+    latency_ms: float
+    debounce_ms: int
+    chars: int
+    service: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "uri": self.uri,
+            "status": self.status,
+            "latencyMs": round(self.latency_ms, 2),
+            "debounceMs": self.debounce_ms,
+            "chars": self.chars,
+            "service": self.service,
+        }
+
+
+class CompletionWorker:
+    def __init__(self, models: ModelManager, executor: Executor) -> None:
+        self._models = models
+        self._executor = executor
+        self._active: dict[str, Cancellation] = {}
+        self.counters: Counter[str] = Counter()
+        self.records: deque[_Record] = deque(maxlen=RECENT)
+        self.on_done: Callable[[Outcome], None] | None = None
+
+    # -- loop thread ---------------------------------------------------------------------------
+    def cancel_document(self, uri: str) -> None:
+        if (old := self._active.pop(uri, None)) is not None:
+            old.cancel()
+
+    def cancel_all(self) -> None:
+        for cancellation in self._active.values():
+            cancellation.cancel()
+        self._active.clear()
+
+    async def run(
+        self,
+        uri: str,
+        make_request: Callable[[], Any],
+        debounce_ms: int,
+    ) -> Outcome:
+        """Debounce, then complete on the worker thread. Never raises except CancelledError."""
+        started = time.perf_counter()
+        self.counters["requests"] += 1
+        self.cancel_document(uri)  # cancel-previous: the user typed on, the old answer is stale
+        cancellation = Cancellation()
+        self._active[uri] = cancellation
+        outcome = Outcome("error")
+        try:
+            outcome = await self._run(cancellation, make_request, debounce_ms)
+            return outcome
+        except asyncio.CancelledError:  # $/cancelRequest or shutdown
+            cancellation.cancel()
+            outcome = Outcome("cancelled")
+            raise
+        finally:
+            if self._active.get(uri) is cancellation:
+                del self._active[uri]
+            outcome.latency_ms = (time.perf_counter() - started) * 1000
+            self.counters[outcome.status] += 1
+            service_stats = getattr(outcome.result, "stats", None)
+            self.records.append(
+                _Record(
+                    uri,
+                    outcome.status,
+                    outcome.latency_ms,
+                    debounce_ms,
+                    len(outcome.text),
+                    dict(service_stats) if isinstance(service_stats, dict) else {},
+                )
+            )
+            if self.on_done is not None:
+                try:
+                    self.on_done(outcome)
+                except Exception:
+                    log.debug("on_done hook failed", exc_info=True)
+
+    async def _run(self, cancellation: Cancellation, make_request: Callable[[], Any], debounce_ms: int) -> Outcome:
+        if debounce_ms > 0 and await cancellation.wait(debounce_ms / 1000):
+            return Outcome("superseded")
+        if cancellation.cancelled:
+            return Outcome("superseded")
+        service = self._models.service
+        if service is None:
+            return Outcome("not_ready", detail=self._models.state)
+        try:
+            request = make_request()
+        except UserError as exc:
+            log.warning("cannot complete: %s", exc)
+            return Outcome("error", detail=str(exc))
+        loop = asyncio.get_running_loop()
+        result = await loop.run_in_executor(self._executor, _complete, service, request, cancellation.event)
+        if isinstance(result, Outcome):
+            return result
+        if cancellation.cancelled or getattr(result, "cancelled", False):
+            return Outcome("superseded", result=result)
+        text = getattr(result, "text", "") or ""
+        return Outcome("ok" if text else "empty", text=text, result=result)
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "counters": dict(self.counters),
+            "requests": [r.as_dict() for r in self.records],
+            "peakRssKb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        }
+
+
+def _complete(service: Any, request: Any, cancel: threading.Event) -> Any:
+    """Worker-thread body. A job cancelled while it waited in the queue never starts decoding."""
+    if cancel.is_set():
+        return Outcome("superseded")
+    try:
+        return service.complete(request, cancel)
+    except UserError as exc:
+        log.warning("completion failed: %s", exc)
+        return Outcome("error", detail=str(exc))
+    except Exception as exc:  # a decode bug must cost one empty answer, not the server
+        log.exception("completion failed")
+        return Outcome("error", detail=f"{type(exc).__name__}: {exc}")

@@ -1,0 +1,162 @@
+"""A fake completion service with the shape of dspark_lsp.service, for protocol-level tests.
+
+Its answers encode what it was asked, so tests can check the server's position handling exactly:
+"<OFFSET|TAIL>" where OFFSET is the code-point cursor offset the service received and TAIL the two
+characters before it. Model names select behaviours:
+  default / fake / fake2: answer at once        slow: one 50 ms round per max_new_tokens, cancellable
+  broken: load fails (ModelError)               crash: complete() raises
+  slowload: load takes 1.5 s with progress      multiline: answers "a\\nb"
+  empty: answers ""
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from dspark_lsp.errors import ModelError
+from dspark_lsp.lsp.backend import Backend
+
+LOADS = 0  # loads in this process: tests tell a reload from a knob update by it
+
+
+@dataclass
+class FakeConfig:
+    model: str = "default"
+    draft_model: str | None = None
+    threshold: float = 0.9
+    max_new_tokens: int = 64
+
+    @classmethod
+    def from_settings(cls, settings: dict[str, Any], base: FakeConfig | None = None) -> tuple[FakeConfig, list[str]]:
+        cfg = replace(base) if base else cls()
+        problems: list[str] = []
+        if isinstance(settings.get("model"), str):
+            cfg.model = settings["model"]
+        if "draftModel" in settings:
+            cfg.draft_model = settings["draftModel"]
+        if "threshold" in settings:
+            value = settings["threshold"]
+            if isinstance(value, (int, float)) and 0 < value <= 1:
+                cfg.threshold = float(value)
+            else:
+                problems.append(f"threshold must be in (0, 1], got {value!r}; using 0.9")
+        if "maxNewTokens" in settings:
+            value = settings["maxNewTokens"]
+            if isinstance(value, int) and value > 0:
+                cfg.max_new_tokens = value
+            else:
+                problems.append(f"maxNewTokens must be a positive integer, got {value!r}; using 64")
+        return cfg, problems
+
+    def needs_reload(self, other: FakeConfig) -> bool:
+        return (self.model, self.draft_model) != (other.model, other.draft_model)
+
+
+@dataclass
+class FakeRequest:
+    text: str
+    offset: int
+    language_id: str | None = None
+    path: str | None = None
+    doc_key: str = ""
+    max_new_tokens: int | None = None
+
+
+@dataclass
+class FakeResult:
+    text: str
+    prompt: str = ""
+    completion_ids: list[int] = field(default_factory=list)
+    scope: str = "single_line"
+    stats: dict[str, Any] = field(default_factory=dict)
+    cancelled: bool = False
+    stop_reason: str = "eos"
+    from_cache: bool = False
+
+
+class FakeService:
+    def __init__(self, config: FakeConfig, load_index: int) -> None:
+        self.config = config
+        self.load_index = load_index
+        self.records: list[dict[str, Any]] = []
+        self.closed = False
+
+    @classmethod
+    def load(cls, config: FakeConfig, progress: Callable[[str, float | None], None] | None = None) -> FakeService:
+        global LOADS
+        if config.model == "broken":
+            raise ModelError("model 'broken' not found (fake)")
+        if config.model == "slowload":
+            for i in range(3):
+                if progress:
+                    progress(f"step {i + 1}/3", (i + 1) / 3)
+                time.sleep(0.5)
+        elif progress:
+            progress("fake load", 1.0)
+        LOADS += 1
+        return cls(config, LOADS)
+
+    def complete(
+        self,
+        req: FakeRequest,
+        cancel: threading.Event | None = None,
+        on_text: Callable[[str], None] | None = None,
+    ) -> FakeResult:
+        if self.closed:
+            raise RuntimeError("complete() on a closed service")
+        started = time.perf_counter()
+        model = self.config.model
+        cancelled = False
+        rounds = 0
+        if model == "crash":
+            raise RuntimeError("fake decode crash")
+        if model == "slow":
+            for _ in range(self.config.max_new_tokens):
+                if cancel is not None and cancel.is_set():
+                    cancelled = True
+                    break
+                time.sleep(0.05)
+                rounds += 1
+        if model == "multiline":
+            text = "a\nb"
+        elif model == "empty":
+            text = ""
+        else:
+            text = f"<{req.offset}|{req.text[max(0, req.offset - 2) : req.offset]}>"
+        latency = (time.perf_counter() - started) * 1000
+        stats = {
+            "latency_ms": latency,
+            "accepted_per_forward": 2.5,
+            "speedup": 1.7,
+            "model": model,
+            "threshold": self.config.threshold,
+            "load_index": self.load_index,
+            "offset": req.offset,
+            "text_len": len(req.text),
+            "doc_key": req.doc_key,
+            "language_id": req.language_id,
+            "rounds": rounds,
+            "cancelled": cancelled,
+        }
+        self.records.append(stats)
+        return FakeResult(text="" if cancelled else text, stats=stats, cancelled=cancelled)
+
+    def update_config(self, config: FakeConfig) -> None:
+        self.config = config
+
+    def recent_stats(self) -> list[dict[str, Any]]:
+        return list(self.records[-100:])
+
+    def close(self) -> None:
+        self.closed = True
+
+
+BACKEND = Backend(
+    config_from_settings=lambda settings, base: FakeConfig.from_settings(settings, base),
+    make_request=FakeRequest,
+    load=FakeService.load,
+)
