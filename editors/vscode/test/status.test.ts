@@ -1,0 +1,40 @@
+import { strict as assert } from "node:assert";
+import { test } from "node:test";
+import { parseStatus, renderStatus } from "../src/status";
+
+test("loading spins", () => {
+  const v = renderStatus(parseStatus({ state: "loading", message: "loading Qwen" }), true);
+  assert.equal(v.text, "$(sync~spin) DSpark");
+  assert.match(v.tooltip, /loading Qwen/);
+  assert.equal(v.isError, false);
+});
+
+test("ready shows last latency and speedup", () => {
+  const v = renderStatus(parseStatus({ state: "ready", message: "", lastLatencyMs: 84.6, speedup: 2.345, acceptedPerForward: 3.2 }), true);
+  assert.equal(v.text, "$(zap) DSpark 85 ms · 2.3×");
+  assert.match(v.tooltip, /last completion 85 ms/);
+  assert.match(v.tooltip, /2\.35× faster/);
+  assert.match(v.tooltip, /3\.20 tokens per target forward/);
+});
+
+test("ready without figures, and seconds for slow completions", () => {
+  assert.equal(renderStatus(parseStatus({ state: "ready" }), true).text, "$(zap) DSpark");
+  assert.equal(renderStatus(parseStatus({ state: "ready", lastLatencyMs: 2345 }), true).text, "$(zap) DSpark 2.3 s");
+});
+
+test("error is flagged; the client toggle wins over the server state", () => {
+  assert.equal(renderStatus(parseStatus({ state: "error", message: "no model" }), true).isError, true);
+  const off = renderStatus(parseStatus({ state: "ready", lastLatencyMs: 10 }), false);
+  assert.equal(off.text, "$(circle-slash) DSpark");
+  assert.match(off.tooltip, /DSpark: disabled/);
+});
+
+test("malformed payloads become an error state, not an exception", () => {
+  assert.equal(parseStatus(null).state, "error");
+  assert.equal(parseStatus("ready").state, "error");
+  const bad = parseStatus({ state: "exploded" });
+  assert.equal(bad.state, "error");
+  assert.match(bad.message, /unknown server state: "exploded"/);
+  // Non-numeric figures are dropped rather than printed as NaN.
+  assert.equal(parseStatus({ state: "ready", lastLatencyMs: "fast" }).lastLatencyMs, undefined);
+});
