@@ -27,7 +27,7 @@ class Proposal:
 
     tokens: list[int] = field(default_factory=list)
     confidence: list[float] = field(default_factory=list)
-    dists: list[torch.Tensor] | None = None
+    dists: list[torch.Tensor | None] | None = None
     forwards: int = 0
 
     def __len__(self) -> int:

@@ -1,0 +1,63 @@
+"""Every knob of the DSpark decoder in one place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+DraftMode = Literal["semi", "ar", "parallel"]
+
+
+@dataclass
+class SchedulerConfig:
+    """Confidence scheduler (DESIGN.md §2, steps 1, 2 and 5)."""
+
+    k_min: int = 1
+    k_max: int = 5
+    # Draft length used by the first round of a call, before there is any acceptance history.
+    k_start: int = 3
+    # Drafting stops when the draft's own top probability falls below tau.
+    tau: float = 0.9
+    tau_min: float = 0.5
+    tau_max: float = 0.99
+    tau_down: float = 0.95  # applied after `reject_streak` rounds in a row with a rejection
+    tau_up: float = 1.05  # applied after `accept_streak` rounds in a row fully accepted
+    reject_streak: int = 3
+    accept_streak: int = 5
+    # Smoothing of the accepted-length average that sets k (higher = reacts faster).
+    ema_alpha: float = 0.5
+    # None = scheduled k; an int = fixed k every round (the `fixed_k` baseline).
+    fixed_k: int | None = None
+
+    def validate(self) -> None:
+        if not 1 <= self.k_min <= self.k_max:
+            raise ValueError(f"need 1 <= k_min <= k_max, got {self.k_min}, {self.k_max}")
+        if not 0.0 < self.tau_min <= self.tau <= self.tau_max <= 1.0:
+            raise ValueError("need 0 < tau_min <= tau <= tau_max <= 1")
+        if self.fixed_k is not None and self.fixed_k < 0:
+            raise ValueError("fixed_k must be >= 0")
+
+
+@dataclass
+class DecodeConfig:
+    max_new_tokens: int = 64
+    temperature: float = 0.0
+    # semi: key positions → one AR draft step, others → one parallel step; ar / parallel: ablations.
+    draft_mode: DraftMode = "semi"
+    # Lossy opt-in: accept a draft token whose target probability is >= relaxed_threshold even when it
+    # is not the target's argmax. Never on by default (output would differ from the target alone).
+    relaxed: bool = False
+    relaxed_threshold: float = 0.3
+    scheduler: SchedulerConfig | None = None
+    seed: int | None = None
+
+    def validate(self) -> None:
+        if self.max_new_tokens < 0:
+            raise ValueError("max_new_tokens must be >= 0")
+        if self.temperature < 0:
+            raise ValueError("temperature must be >= 0")
+        if self.draft_mode not in ("semi", "ar", "parallel"):
+            raise ValueError(f"unknown draft_mode {self.draft_mode!r}")
+        if self.relaxed and self.temperature > 0:
+            raise ValueError("relaxed acceptance applies to greedy decoding only")
+        (self.scheduler or SchedulerConfig()).validate()

@@ -1,0 +1,310 @@
+"""The DSpark decode loop: draft, verify in one target forward, accept the longest matching prefix.
+
+State invariant (as in gpt-fast's speculative decode): the target KV cache covers every token of
+``ids`` except the last one, ``pending``. A round feeds ``[pending] + draft`` (n + 1 tokens) in ONE
+forward; logits row i predicts the token after input i. Draft token d_i is checked against row i-1's
+prediction. After accepting m tokens the target's own token at row m (a correction, or a bonus when
+m == n) becomes the new ``pending`` and the cache is cropped to cover ``ids`` up to d_m.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
+from dspark_lsp.engine.draft import DraftSource, Proposal
+from dspark_lsp.engine.kv import cache_len, crop, forward, new_cache
+from dspark_lsp.engine.prefix_cache import PrefixCache
+from dspark_lsp.engine.scheduler import ConfidenceScheduler
+from dspark_lsp.engine.stats import DecodeStats
+
+# Prefill long prompts in slices so one huge forward does not allocate attention for everything at once.
+PREFILL_CHUNK = 512
+
+KeyFn = Callable[[list[int]], bool]  # generated ids so far -> is the next position a key position?
+StopFn = Callable[[list[int]], bool]  # generated ids so far -> must generation end now?
+TokensFn = Callable[[list[int]], None]  # streaming callback with all generated ids so far
+
+
+@dataclass
+class DecodeResult:
+    tokens: list[int]
+    stats: DecodeStats
+    scheduler_state: tuple[float, float] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def stop_reason(self) -> str:
+        return self.stats.stop_reason
+
+
+class SpeculativeDecoder:
+    """Runs one target model; draft sources are passed per call. Thread-compatible, not re-entrant."""
+
+    def __init__(self, target: Any, *, vocab_size: int | None = None, prefix_cache: PrefixCache | None = None):
+        self.target = target
+        # Qwen pads its embedding matrix past the tokenizer; drafts and sampling work on this many ids.
+        self.vocab_size = int(vocab_size or target.config.vocab_size)
+        self.prefix_cache = prefix_cache
+        self._lock = threading.Lock()
+
+    # ----------------------------------------------------------------------------------------- drafting
+    def _draft(
+        self,
+        draft: DraftSource,
+        ids: list[int],
+        generated: list[int],
+        k: int,
+        tau: float,
+        config: DecodeConfig,
+        is_key: KeyFn | None,
+        stats: DecodeStats,
+        generator: torch.Generator | None,
+    ) -> Proposal:
+        out = Proposal(dists=[] if config.temperature > 0 else None)
+        while len(out.tokens) < k:
+            if config.draft_mode == "ar" or not draft.supports_parallel:
+                parallel = False
+            elif config.draft_mode == "parallel":
+                parallel = True
+            else:
+                parallel = not (is_key(generated + out.tokens) if is_key is not None else False)
+            want = k - len(out.tokens) if parallel else 1
+            p = draft.propose(
+                ids + out.tokens,
+                want,
+                parallel=parallel,
+                tau=tau,
+                temperature=config.temperature,
+                generator=generator,
+            )
+            stats.draft_forwards += p.forwards
+            if parallel:
+                stats.draft_steps_parallel += 1
+            else:
+                stats.draft_steps_ar += 1
+            if not p.tokens:
+                break
+            low_confidence = False
+            for i, tok in enumerate(p.tokens[:want]):
+                conf = p.confidence[i] if i < len(p.confidence) else 1.0
+                # The first token of a round is always kept: verifying 2 tokens costs about what
+                # verifying 1 does on a memory-bound CPU, so a weak guess is nearly free.
+                if conf < tau and out.tokens:
+                    low_confidence = True
+                    break
+                out.tokens.append(int(tok))
+                out.confidence.append(conf)
+                if out.dists is not None:
+                    out.dists.append(p.dists[i] if p.dists is not None and i < len(p.dists) else None)
+                if conf < tau:
+                    low_confidence = True
+                    break
+            if low_confidence or len(p.tokens) < want:
+                break
+        return out
+
+    # ----------------------------------------------------------------------------------- verification
+    def _accept_greedy(
+        self, logits: torch.Tensor, draft: list[int], config: DecodeConfig
+    ) -> tuple[int, int]:
+        """Returns (number accepted, the target's next token)."""
+        preds = torch.argmax(logits[:, : self.vocab_size], dim=-1).tolist()
+        m = 0
+        probs: torch.Tensor | None = None
+        for i, d in enumerate(draft):
+            if preds[i] == d:
+                m += 1
+                continue
+            if config.relaxed:
+                if probs is None:
+                    probs = torch.softmax(logits[:, : self.vocab_size], dim=-1)
+                if float(probs[i, d]) >= config.relaxed_threshold:
+                    m += 1
+                    continue
+            break
+        return m, int(preds[m])
+
+    def _accept_sampled(
+        self,
+        logits: torch.Tensor,
+        draft: list[int],
+        dists: list[torch.Tensor | None],
+        config: DecodeConfig,
+        generator: torch.Generator | None,
+    ) -> tuple[int, int]:
+        """Speculative sampling: accept d with prob min(1, p(d)/q(d)); else sample norm(max(p - q, 0))."""
+        p_all = torch.softmax(logits[:, : self.vocab_size] / config.temperature, dim=-1)
+        for i, d in enumerate(draft):
+            p = p_all[i]
+            q = dists[i] if i < len(dists) else None
+            q_d = 1.0 if q is None else float(q[d])
+            r = float(torch.rand((), generator=generator))
+            if q_d > 0 and r < min(1.0, float(p[d]) / q_d):
+                continue
+            if q is None:
+                residual = p.clone()
+                residual[d] = 0.0
+            else:
+                residual = torch.clamp(p - q.to(p.dtype), min=0.0)
+            total = float(residual.sum())
+            residual = residual / total if total > 0 else p
+            return i, int(torch.multinomial(residual, 1, generator=generator).item())
+        return len(draft), int(torch.multinomial(p_all[len(draft)], 1, generator=generator).item())
+
+    def _pick(self, logits: torch.Tensor, config: DecodeConfig, generator: torch.Generator | None) -> int:
+        logits = logits[: self.vocab_size]
+        if config.temperature > 0:
+            probs = torch.softmax(logits / config.temperature, dim=-1)
+            return int(torch.multinomial(probs, 1, generator=generator).item())
+        return int(torch.argmax(logits).item())
+
+    # -------------------------------------------------------------------------------------- the loop
+    @torch.inference_mode()
+    def generate(
+        self,
+        prompt: list[int],
+        *,
+        config: DecodeConfig | None = None,
+        draft: DraftSource | None = None,
+        eos_ids: Collection[int] = (),
+        is_key: KeyFn | None = None,
+        stop: StopFn | None = None,
+        on_tokens: TokensFn | None = None,
+        cancel: threading.Event | None = None,
+        scheduler_state: tuple[float, float] | None = None,
+    ) -> DecodeResult:
+        if not prompt:
+            raise ValueError("prompt must contain at least one token")
+        config = config or DecodeConfig()
+        config.validate()
+        with self._lock:
+            return self._generate(
+                list(prompt), config, draft, set(eos_ids), is_key, stop, on_tokens, cancel, scheduler_state
+            )
+
+    def _generate(
+        self,
+        prompt: list[int],
+        config: DecodeConfig,
+        draft: DraftSource | None,
+        eos_ids: set[int],
+        is_key: KeyFn | None,
+        stop: StopFn | None,
+        on_tokens: TokensFn | None,
+        cancel: threading.Event | None,
+        scheduler_state: tuple[float, float] | None,
+    ) -> DecodeResult:
+        t0 = time.perf_counter()
+        stats = DecodeStats(prompt_tokens=len(prompt))
+        sched = ConfidenceScheduler(config.scheduler or SchedulerConfig())
+        if scheduler_state is not None:
+            sched.restore(scheduler_state)
+        generator: torch.Generator | None = None
+        if config.temperature > 0:
+            generator = torch.Generator()
+            generator.manual_seed(config.seed if config.seed is not None else int(time.time_ns() % 2**31))
+
+        # Prefill the whole prompt (as `model.generate` does, so greedy output matches it bit for bit),
+        # reusing a cached prefix; at least the last prompt token is always fed to get its logits.
+        cache, reused = (None, 0)
+        if self.prefix_cache is not None and len(prompt) > 1:
+            cache, reused = self.prefix_cache.take(prompt[:-1])
+        if cache is None:
+            cache, reused = new_cache(self.target), 0
+        stats.reused_tokens = reused
+        stats.prefill_tokens = len(prompt) - reused
+        last_logits: torch.Tensor | None = None
+        for start in range(reused, len(prompt), PREFILL_CHUNK):
+            last_logits = forward(self.target, prompt[start : start + PREFILL_CHUNK], cache)[-1]
+        assert last_logits is not None
+        stats.t_prefill = time.perf_counter() - t0
+
+        ids = list(prompt)
+        generated: list[int] = []
+        stop_reason = "max_tokens"
+        # The prefill's own prediction is the first new token; from here on the cache covers ids[:-1].
+        if cancel is not None and cancel.is_set():
+            stop_reason, config_max = "cancelled", 0
+        elif config.max_new_tokens > 0:
+            first = self._pick(last_logits, config, generator)
+            if first in eos_ids:
+                stop_reason = "eos"
+                config_max = 0
+            else:
+                generated.append(first)
+                ids.append(first)
+                config_max = config.max_new_tokens
+                if on_tokens is not None:
+                    on_tokens(list(generated))
+                if stop is not None and stop(list(generated)):
+                    stop_reason = "stop"
+                    config_max = 0
+        else:
+            config_max = 0
+        while len(generated) < config_max:
+            if cancel is not None and cancel.is_set():
+                stop_reason = "cancelled"
+                break
+            room = config.max_new_tokens - len(generated) - 1  # the target adds one token per round
+            proposal = Proposal()
+            if draft is not None and room > 0:
+                k = min(sched.next_k(), room)
+                if k > 0:
+                    td = time.perf_counter()
+                    proposal = self._draft(draft, ids, generated, k, sched.tau, config, is_key, stats, generator)
+                    stats.t_draft += time.perf_counter() - td
+            tv = time.perf_counter()
+            base = cache_len(cache)
+            logits = forward(self.target, [ids[-1]] + proposal.tokens, cache)
+            stats.target_forwards += 1
+            if config.temperature > 0:
+                m, nxt = self._accept_sampled(
+                    logits, proposal.tokens, proposal.dists or [], config, generator
+                )
+            else:
+                m, nxt = self._accept_greedy(logits, proposal.tokens, config)
+            crop(cache, base + 1 + m)
+            stats.t_verify += time.perf_counter() - tv
+            if proposal.tokens:
+                sched.update(len(proposal.tokens), m)
+            stats.proposed += len(proposal.tokens)
+            stats.accepted += m
+            stats.accepted_hist[m] += 1
+            new = proposal.tokens[:m] + [nxt]
+            finished = False
+            for tok in new:
+                if tok in eos_ids:
+                    stop_reason = "eos"
+                    finished = True
+                    break
+                generated.append(tok)
+                ids.append(tok)
+                if len(generated) >= config.max_new_tokens:
+                    break
+            if finished:
+                break
+            if on_tokens is not None:
+                on_tokens(list(generated))
+            if stop is not None and stop(list(generated)):
+                stop_reason = "stop"
+                break
+
+        stats.new_tokens = len(generated)
+        stats.k_trace = list(sched.k_trace)
+        stats.tau_trace = [round(t, 4) for t in sched.tau_trace]
+        stats.stop_reason = stop_reason
+        if self.prefix_cache is not None:
+            # The cache may cover tokens past an EOS or the token cap; store exactly what it covers.
+            full = prompt + generated
+            covered = min(cache_len(cache), len(full))
+            crop(cache, covered)
+            self.prefix_cache.put(full[:covered], cache)
+        stats.t_total = time.perf_counter() - t0
+        return DecodeResult(tokens=generated, stats=stats, scheduler_state=sched.state())

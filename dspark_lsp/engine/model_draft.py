@@ -1,0 +1,124 @@
+"""Draft sources backed by a causal LM that shares the target's tokenizer (autoregressive drafting)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from dspark_lsp.engine.draft import DraftSource, Proposal
+from dspark_lsp.engine.kv import cache_len, crop, forward, new_cache
+from dspark_lsp.engine.ngram import NgramDraftSource
+from dspark_lsp.engine.prefix_cache import common_prefix_len
+
+
+def dist_from_logits(logits: torch.Tensor, temperature: float, vocab_size: int) -> torch.Tensor:
+    """Probability vector over the first ``vocab_size`` ids (a draft may pad its vocab differently)."""
+    logits = logits[:vocab_size]
+    if logits.shape[0] < vocab_size:
+        pad = torch.full((vocab_size - logits.shape[0],), float("-inf"), dtype=logits.dtype)
+        logits = torch.cat([logits, pad])
+    if temperature > 0:
+        return torch.softmax(logits / temperature, dim=-1)
+    return torch.softmax(logits, dim=-1)
+
+
+class ModelDraftSource:
+    """An autoregressive draft model with its own KV cache, re-synced to each new context by prefix."""
+
+    supports_parallel = False
+
+    def __init__(self, model: Any, vocab_size: int, name: str = "model") -> None:
+        self.model = model
+        self.vocab_size = vocab_size
+        self.name = name
+        self._cache = new_cache(model)
+        self._ids: list[int] = []  # what the cache covers
+
+    def reset(self) -> None:
+        self._cache = new_cache(self.model)
+        self._ids = []
+
+    def _logits_after(self, context: list[int]) -> torch.Tensor:
+        """Logits for the token after ``context``; leaves the cache covering all of ``context``."""
+        keep = common_prefix_len(self._ids, context[:-1])
+        crop(self._cache, keep)
+        self._ids = self._ids[:keep]
+        feed = context[keep:]
+        logits = forward(self.model, feed, self._cache)[-1]
+        self._ids = list(context)
+        assert cache_len(self._cache) == len(self._ids)
+        return logits
+
+    def propose(
+        self,
+        context: list[int],
+        max_tokens: int,
+        *,
+        parallel: bool,
+        tau: float,
+        temperature: float = 0.0,
+        generator: torch.Generator | None = None,
+    ) -> Proposal:
+        out = Proposal(dists=[] if temperature > 0 else None)
+        ctx = list(context)
+        while len(out.tokens) < max_tokens:
+            logits = self._logits_after(ctx)
+            out.forwards += 1
+            probs = dist_from_logits(logits, temperature, self.vocab_size)
+            if temperature > 0:
+                tok = int(torch.multinomial(probs, 1, generator=generator).item())
+                assert out.dists is not None
+                out.dists.append(probs)
+            else:
+                tok = int(torch.argmax(probs).item())
+            conf = float(probs[tok].item())
+            out.tokens.append(tok)
+            out.confidence.append(conf)
+            if conf < tau:
+                break
+            ctx.append(tok)
+        return out
+
+
+class HybridDraftSource:
+    """A draft model for autoregressive steps plus n-gram lookup for parallel steps.
+
+    For a draft model without mask training, the cheapest "parallel" proposal is a lookup in the
+    document; when the lookup finds nothing, one model step keeps the round from being empty.
+    """
+
+    supports_parallel = True
+
+    def __init__(self, model_source: DraftSource, ngram: NgramDraftSource | None = None) -> None:
+        self.model_source = model_source
+        self.ngram = ngram or NgramDraftSource()
+        self.name = f"{model_source.name}+ngram"
+
+    def reset(self) -> None:
+        self.model_source.reset()
+        self.ngram.reset()
+
+    def propose(
+        self,
+        context: list[int],
+        max_tokens: int,
+        *,
+        parallel: bool,
+        tau: float,
+        temperature: float = 0.0,
+        generator: torch.Generator | None = None,
+    ) -> Proposal:
+        if parallel:
+            if self.model_source.supports_parallel:
+                return self.model_source.propose(
+                    context, max_tokens, parallel=True, tau=tau, temperature=temperature, generator=generator
+                )
+            # n-gram proposals are deterministic: under sampling they count as a one-hot q, which the
+            # speculative-sampling rule handles exactly (accept with probability p(token)).
+            p = self.ngram.propose(context, max_tokens, parallel=True, tau=tau)
+            if p.tokens:
+                return p
+        return self.model_source.propose(
+            context, 1, parallel=False, tau=tau, temperature=temperature, generator=generator
+        )

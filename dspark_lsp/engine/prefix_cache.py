@@ -1,0 +1,89 @@
+"""A bounded LRU store of target KV caches keyed by the token ids they cover.
+
+Consecutive completion requests in one document share a long prompt prefix (the user typed a few
+characters). Instead of prefilling the whole prompt again (~2 s for 256 tokens on a 2-core CPU), the
+decoder takes the stored cache with the longest common prefix, crops it to that prefix and prefills only
+the rest. Entries are *taken out* while in use (no copies: a cache is megabytes) and put back afterwards.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from transformers import DynamicCache
+
+from dspark_lsp.engine.kv import cache_len, cache_nbytes, crop
+
+
+def common_prefix_len(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+@dataclass
+class _Entry:
+    ids: list[int]
+    cache: DynamicCache
+
+
+class PrefixCache:
+    """LRU of (covered ids, cache). Bounded by entry count AND total cached tokens."""
+
+    def __init__(self, max_entries: int = 4, max_tokens: int = 8192, min_reuse: int = 8) -> None:
+        if max_entries < 1 or max_tokens < 1:
+            raise ValueError("prefix cache bounds must be positive")
+        self.max_entries = max_entries
+        self.max_tokens = max_tokens
+        # Reusing a handful of tokens is not worth keeping a cache alive for.
+        self.min_reuse = min_reuse
+        self._entries: OrderedDict[int, _Entry] = OrderedDict()
+        self._next_key = 0
+        self._lock = threading.Lock()
+
+    def take(self, ids: list[int]) -> tuple[DynamicCache | None, int]:
+        """Remove and return the entry sharing the longest prefix with ``ids``, cropped to that prefix."""
+        with self._lock:
+            best_key, best_len = None, 0
+            for key, entry in self._entries.items():
+                n = common_prefix_len(entry.ids, ids)
+                if n > best_len:
+                    best_key, best_len = key, n
+            if best_key is None or best_len < self.min_reuse:
+                return None, 0
+            entry = self._entries.pop(best_key)
+        crop(entry.cache, best_len)
+        return entry.cache, best_len
+
+    def put(self, ids: list[int], cache: DynamicCache) -> None:
+        if cache_len(cache) != len(ids):
+            raise ValueError(f"cache covers {cache_len(cache)} tokens, ids has {len(ids)}")
+        if len(ids) > self.max_tokens:
+            return
+        with self._lock:
+            self._entries[self._next_key] = _Entry(list(ids), cache)
+            self._next_key += 1
+            self._evict()
+
+    def _evict(self) -> None:
+        while len(self._entries) > self.max_entries or self.total_tokens > self.max_tokens:
+            self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(len(e.ids) for e in self._entries.values())
+
+    @property
+    def nbytes(self) -> int:
+        return sum(cache_nbytes(e.cache) for e in self._entries.values())
+
+    def __len__(self) -> int:
+        return len(self._entries)

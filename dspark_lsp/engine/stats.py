@@ -1,0 +1,45 @@
+"""Per-call decode statistics."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class DecodeStats:
+    prompt_tokens: int = 0
+    reused_tokens: int = 0  # prompt tokens whose KV came from the prefix cache
+    prefill_tokens: int = 0
+    new_tokens: int = 0
+    target_forwards: int = 0  # decode-time verify forwards (the prefill is counted separately)
+    draft_forwards: int = 0
+    draft_steps_ar: int = 0
+    draft_steps_parallel: int = 0
+    proposed: int = 0
+    accepted: int = 0
+    accepted_hist: Counter[int] = field(default_factory=Counter)
+    k_trace: list[int] = field(default_factory=list)
+    tau_trace: list[float] = field(default_factory=list)
+    t_prefill: float = 0.0
+    t_draft: float = 0.0
+    t_verify: float = 0.0
+    t_total: float = 0.0
+    stop_reason: str = ""
+
+    @property
+    def tokens_per_forward(self) -> float:
+        """Mean tokens produced per target verify forward (1.0 for plain decoding)."""
+        return self.new_tokens / self.target_forwards if self.target_forwards else 0.0
+
+    @property
+    def t_other(self) -> float:
+        return max(0.0, self.t_total - self.t_prefill - self.t_draft - self.t_verify)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["accepted_hist"] = {str(k): v for k, v in sorted(self.accepted_hist.items())}
+        d["tokens_per_forward"] = round(self.tokens_per_forward, 3)
+        d["t_other"] = self.t_other
+        return d
