@@ -1,0 +1,239 @@
+"""Where a generated completion must end: stop rules applied incrementally as text is appended.
+
+Rules, in the order they can fire while text streams in:
+* single-line scope: the first line break; before that, the rest of the cursor's line once the
+  generated text reaches it with balanced brackets (``print(|)`` + ``"hi")`` keeps ``"hi"``).
+* multi-line scope:
+  - braces languages: the ``}`` that closes the enclosing block (brace depth below zero, counting only
+    code braces). Cut before it when the suffix already starts with ``}``, else keep it and stop after.
+  - indent languages: a line indented less than the completion's first line (or not more than the
+    block opener's line) - a dedent out of the block.
+  - any language: a blank line followed by a line at column 0 (a new top-level construct, Tabby's rule);
+    a line equal to the suffix's first non-blank line (the model is re-typing the code after the cursor);
+    a line equal to one of the last lines before the cursor, or seen ``max_repeats`` times already (loops).
+Cuts made "before a line" also drop the blank lines before it, so a completion never ends in blank lines.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from dspark_lsp.syntax.lexer import Lexicon, LexState
+from dspark_lsp.syntax.scope import Scope
+from dspark_lsp.syntax.textutil import indent_width, is_word_char, strip_cr
+
+_CLOSERS = {")": "(", "]": "[", "}": "{"}
+
+
+@dataclass(frozen=True)
+class StopConfig:
+    repeat_window: int = 2  # how many of the prefix's last non-blank lines a generated line may not repeat
+    min_repeat_len: int = 6  # shorter lines (``}``, ``pass``, ``break;``) repeat legitimately
+    max_repeats: int = 2  # a line already generated this many times is cut on its next appearance
+
+
+@dataclass(frozen=True)
+class CursorFacts:
+    """What the stop rules need to know about the document around the cursor."""
+
+    scope: Scope
+    line_before: str  # the cursor's line up to the cursor
+    line_after: str  # the rest of the cursor's line (no line break)
+    suffix_line: str  # the first non-blank line after the cursor's line, stripped ("" if none)
+    recent_lines: tuple[str, ...]  # the last non-blank lines before the cursor's line, stripped
+    opener_indent: int | None  # indent of the block-opening line right before the cursor, if any
+    braces: bool  # block style: braces (True) or indentation (False)
+    start_state: LexState  # lexical state at the cursor
+
+
+def brackets_balanced(text: str) -> bool:
+    """Do the brackets in ``text`` close everything they open (and nothing else)?"""
+    stack: list[str] = []
+    for ch in text:
+        if ch in "([{":
+            stack.append(ch)
+        elif ch in _CLOSERS:
+            if not stack or stack.pop() != _CLOSERS[ch]:
+                return False
+    return not stack
+
+
+def _bracket_only(line: str) -> bool:
+    return all(ch in ")]};,. " for ch in line)
+
+
+class StopRules:
+    """Feed it the whole generated text each call; it only looks at what is new."""
+
+    def __init__(self, facts: CursorFacts, lexicon: Lexicon, config: StopConfig | None = None) -> None:
+        self.facts = facts
+        self.lexicon = lexicon
+        self.config = config or StopConfig()
+        self._reset()
+
+    def _reset(self) -> None:
+        self._text = ""
+        self._stop: int | None = None
+        self._line_start = 0  # index in the generated text where the current line starts
+        self._line_no = 0  # 0 = the rest of the cursor's line
+        self._state = self.facts.start_state  # lexical state at the current line's start
+        self._depth = 0  # brace depth at the current line's start
+        self._kept_end = 0  # end of the last non-blank line: where a "cut before this line" lands
+        self._content_lines = 0
+        self._blank_since_content = False
+        self._min_indent: int | None = None
+        self._seen: Counter[str] = Counter()
+
+    def stop_index(self, generated: str, final: bool = False) -> int | None:
+        if not generated.startswith(self._text):
+            self._reset()  # the decoder rolled back: replay from scratch (completions are short)
+        if self._stop is not None:
+            return self._stop
+        self._text = generated
+        while self._stop is None:
+            nl = generated.find("\n", self._line_start)
+            if nl < 0:
+                break
+            self._complete_line(generated[self._line_start : nl], nl)
+        if self._stop is None:
+            partial = generated[self._line_start :]
+            self._check_partial(partial, final)
+            if self._stop is None and final and partial.strip():
+                self._complete_line(partial, len(generated))
+        return self._stop
+
+    # -- single line -------------------------------------------------------------------------
+    def _single_line_cut(self, first_line: str) -> int | None:
+        """Cut the rest of the cursor's line off the end of ``first_line`` when it was re-typed."""
+        rest = self.facts.line_after.strip()
+        body = first_line.rstrip()
+        if rest and body.endswith(rest):
+            head = body[: len(body) - len(rest)]
+            if brackets_balanced(head):
+                return len(head.rstrip())
+        return None
+
+    def _check_partial(self, partial: str, final: bool) -> None:
+        facts = self.facts
+        if facts.scope is Scope.SINGLE_LINE:
+            rest = facts.line_after.strip()
+            # Early cut only when the rest of the line starts with a closer/quote: "x" alone matches too often.
+            if rest and (rest[0] in ")]};,\"'`" or final):
+                self._stop = self._single_line_cut(partial)
+            return
+        if facts.braces:
+            self._scan_braces(partial, self._line_start)
+        if self._stop is None and not facts.braces:
+            self._check_indent(partial, self._line_start)
+
+    # -- multi line --------------------------------------------------------------------------
+    def _complete_line(self, line: str, end: int) -> None:
+        facts = self.facts
+        start = self._line_start
+        if facts.scope is Scope.SINGLE_LINE:
+            cut = self._single_line_cut(strip_cr(line))
+            self._stop = cut if cut is not None else start + len(strip_cr(line))
+            return
+        if facts.braces:
+            self._scan_braces(line, start)
+        else:
+            self._check_indent(line, start)
+        if self._stop is not None:
+            return
+        self._line_rules(strip_cr(line), start)
+        if self._stop is not None:
+            return
+        # Advance the lexical state and the brace depth to the next line's start.
+        depth = [self._depth]
+
+        def on_code(_: int, ch: str) -> None:
+            if ch == "{":
+                depth[0] += 1
+            elif ch == "}":
+                depth[0] -= 1
+
+        self._state = self.lexicon.run(self._state, line + "\n", on_code)
+        self._depth = depth[0]
+        self._line_start = end + 1
+        self._line_no += 1
+
+    def _full_line(self, line: str) -> str:
+        return self.facts.line_before + line if self._line_no == 0 else line
+
+    def _scan_braces(self, line: str, start: int) -> None:
+        """Find a code ``}`` in ``line`` that takes the depth below zero (closes the enclosing block)."""
+        depth = self._depth
+        hit: list[int] = []
+
+        def on_code(i: int, ch: str) -> None:
+            nonlocal depth
+            if hit:
+                return
+            if ch == "{":
+                depth += 1
+            elif ch == "}":
+                depth -= 1
+                if depth < 0:
+                    hit.append(i)
+
+        self.lexicon.run(self._state, line, on_code)
+        if not hit:
+            return
+        i = hit[0]
+        if self.facts.suffix_line.startswith("}") or self.facts.line_after.strip().startswith("}"):
+            # The document already closes the block: cut before the brace (and before its line).
+            self._stop = self._kept_end if not line[:i].strip() else start + len(line[:i].rstrip())
+        else:
+            self._stop = start + i + 1
+
+    def _check_indent(self, line: str, start: int) -> None:
+        """Indentation rules, decided as soon as a line's first code character appears."""
+        stripped = line.strip()
+        if not stripped or not self._state.is_code:
+            return  # blank so far, or a line inside a multi-line string/comment
+        full = self._full_line(line)
+        indent = indent_width(full)
+        opener = self.facts.opener_indent
+        if self._min_indent is None:
+            if opener is not None and indent <= opener and self._line_no > 0:
+                self._stop = self._kept_end  # the body would be empty: the model left the block at once
+                return
+            self._min_indent = indent
+            return
+        if indent < self._min_indent:
+            self._stop = self._kept_end
+            return
+        if indent == 0 and self._blank_since_content and self._content_lines > 0:
+            self._stop = self._kept_end
+
+    def _line_rules(self, line: str, start: int) -> None:
+        facts = self.facts
+        stripped = self._full_line(line).strip()
+        if not stripped:
+            if self._content_lines > 0:
+                self._blank_since_content = True
+            return
+        if (
+            facts.braces
+            and self._line_no > 0
+            and indent_width(line) == 0
+            and self._blank_since_content
+            and self._content_lines > 0
+        ):
+            self._stop = self._kept_end  # a blank line, then a new top-level construct
+            return
+        if facts.suffix_line and stripped == facts.suffix_line and not _bracket_only(stripped):
+            self._stop = self._kept_end  # re-typing the code after the cursor
+            return
+        if len(stripped) >= self.config.min_repeat_len and any(is_word_char(c) for c in stripped):
+            if stripped in facts.recent_lines[-self.config.repeat_window :] and self._line_no > 0:
+                self._stop = self._kept_end
+                return
+            if self._seen[stripped] >= self.config.max_repeats:
+                self._stop = self._kept_end
+                return
+            self._seen[stripped] += 1
+        self._content_lines += 1
+        self._blank_since_content = False
+        self._kept_end = start + len(line.rstrip())

@@ -1,0 +1,7 @@
+; After these tokens the next token starts a name or keyword.
+[
+  "." "function" "class" "new" "return" "const" "let" "var" "import" "from" "export" "extends"
+  "typeof" "instanceof" "await" "yield" "throw" "in" "of" "case" "async"
+  "(" "[" "," "=" "=>" ":" "?" "+" "-" "*" "/" "%" "==" "===" "!=" "!==" "<" "<=" ">" ">="
+  "&&" "||" "??" "!" "+=" "-=" "*=" "/=" "..."
+] @key.after
