@@ -1,0 +1,1 @@
+"""The DSpark draft network: definition, reduced vocabulary, loading, and its DraftSource adapter."""

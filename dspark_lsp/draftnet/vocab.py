@@ -1,0 +1,46 @@
+"""The reduced draft vocabulary (FR-Spec): draft id <-> target id.
+
+Draft id 0 is UNK (any target token not kept) and 1 is MASK (the parallel step's placeholder); neither
+maps to a target token, so the draft masks them out before proposing and can only ever propose real
+target ids. Ids 2.. are target tokens: the FIM/EOS specials first, then the most frequent corpus tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+UNK_ID = 0
+MASK_ID = 1
+N_RESERVED = 2
+
+
+class DraftVocab:
+    def __init__(self, target_ids: Sequence[int], target_vocab_size: int) -> None:
+        ids = torch.as_tensor(list(target_ids), dtype=torch.long)
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= target_vocab_size):
+            raise ValueError("draft vocabulary maps outside the target vocabulary")
+        if ids.unique().numel() != ids.numel():
+            raise ValueError("draft vocabulary has duplicate target ids")
+        self.target_vocab_size = target_vocab_size
+        # draft id -> target id; -1 for UNK and MASK.
+        self.to_target = torch.cat([torch.full((N_RESERVED,), -1, dtype=torch.long), ids])
+        # target id -> draft id; UNK for tokens not kept.
+        self.to_draft = torch.full((target_vocab_size,), UNK_ID, dtype=torch.long)
+        self.to_draft[ids] = torch.arange(N_RESERVED, N_RESERVED + ids.numel())
+
+    @property
+    def size(self) -> int:
+        return int(self.to_target.numel())
+
+    @property
+    def target_ids(self) -> torch.Tensor:
+        """The kept target ids, in draft-id order (what is saved beside the weights)."""
+        return self.to_target[N_RESERVED:]
+
+    def encode(self, target_tokens: Sequence[int] | torch.Tensor) -> torch.Tensor:
+        t = torch.as_tensor(target_tokens, dtype=torch.long)
+        if t.numel() and (int(t.min()) < 0 or int(t.max()) >= self.target_vocab_size):
+            raise ValueError("token id outside the target vocabulary")
+        return self.to_draft[t]
