@@ -31,7 +31,9 @@ class FakeConfig:
     max_new_tokens: int = 64
 
     @classmethod
-    def from_settings(cls, settings: dict[str, Any], base: FakeConfig | None = None) -> tuple[FakeConfig, list[str]]:
+    def from_settings(
+        cls, settings: dict[str, Any], base: FakeConfig | None = None
+    ) -> tuple[FakeConfig, list[str]]:
         cfg = replace(base) if base else cls()
         problems: list[str] = []
         if isinstance(settings.get("model"), str):
@@ -86,7 +88,9 @@ class FakeService:
         self.closed = False
 
     @classmethod
-    def load(cls, config: FakeConfig, progress: Callable[[str, float | None], None] | None = None) -> FakeService:
+    def load(
+        cls, config: FakeConfig, progress: Callable[[str, float | None], None] | None = None
+    ) -> FakeService:
         global LOADS
         if config.model == "broken":
             raise ModelError("model 'broken' not found (fake)")
@@ -136,6 +140,7 @@ class FakeService:
             "threshold": self.config.threshold,
             "load_index": self.load_index,
             "offset": req.offset,
+            "tail": req.text[max(0, req.offset - 2) : req.offset],
             "text_len": len(req.text),
             "doc_key": req.doc_key,
             "language_id": req.language_id,

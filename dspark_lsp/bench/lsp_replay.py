@@ -1,0 +1,388 @@
+"""Replay real typing against the language server over stdio and measure what the user feels.
+
+A file is opened with its first part already written, and the rest is typed character by character
+(incremental didChange per key, human-like intervals), with pauses at line ends and some word ends.
+After each pause the replay asks for an inline completion, the way an editor does once its own
+debounce fires; if typing resumes before the answer, the request goes stale and the server cancels it.
+Latency p50/p95, the share of requests cancelled, and the server's peak RSS come from the server's
+own `dspark/stats`; `compare_reuse` runs the same replay with KV prefix reuse on and off.
+
+This module talks raw JSON-RPC (only dspark_lsp.lsp may import pygls/lsprotocol).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from dspark_lsp.errors import UserError
+
+LANGUAGES = {
+    ".py": "python",
+    ".js": "javascript",
+    ".ts": "typescript",
+    ".go": "go",
+    ".rs": "rust",
+    ".java": "java",
+    ".c": "c",
+    ".h": "c",
+    ".cpp": "cpp",
+    ".cc": "cpp",
+    ".hpp": "cpp",
+}
+
+
+@dataclass
+class ReplayConfig:
+    file: Path
+    settings: dict[str, Any] = field(default_factory=dict)  # the `dspark` settings section
+    server_command: list[str] = field(
+        default_factory=lambda: [sys.executable, "-m", "dspark_lsp.lsp", "--stdio"]
+    )
+    start_fraction: float = 0.5  # share of the file already written when the replay starts
+    max_chars: int = 300  # characters typed (the replay's length)
+    chars_per_second: float = 8.0  # a steady typist; intervals jitter +-50 %
+    pause_s: tuple[float, float] = (0.6, 1.5)  # a thinking pause's length range
+    word_pause_prob: float = 0.15  # chance of a pause after a word; always at a line end
+    time_scale: float = 1.0  # < 1 speeds the whole replay up (tests)
+    seed: int = 0
+    load_timeout_s: float = 600.0
+    log_file: str | None = None
+
+
+@dataclass
+class ReplayReport:
+    label: str
+    requests: int
+    completed: int  # answered by the model (ok or empty)
+    cancelled: int  # superseded or $/cancelRequest'ed before they finished
+    not_ready: int
+    errors: int
+    cancelled_share: float
+    p50_ms: float | None
+    p95_ms: float | None
+    mean_ms: float | None
+    peak_rss_mb: float | None
+    typed_chars: int
+    wall_s: float
+    service: dict[str, Any] = field(default_factory=dict)  # mean of the service's own per-request figures
+
+
+class StdioClient:
+    """A minimal JSON-RPC client for a language server subprocess (threads, no asyncio)."""
+
+    def __init__(self, command: list[str], log_file: str | None = None) -> None:
+        stderr: IO[bytes] | int = subprocess.DEVNULL
+        self._stderr_file = open(log_file, "ab") if log_file else None  # noqa: SIM115 - closed in close()
+        if self._stderr_file is not None:
+            stderr = self._stderr_file
+        try:
+            self.proc = subprocess.Popen(
+                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr
+            )
+        except OSError as exc:
+            raise UserError(
+                f"cannot start the language server {command[0]!r}: {exc.strerror or exc}"
+            ) from exc
+        self._lock = threading.Lock()
+        self._next_id = 0
+        self._pending: dict[int, Future[Any]] = {}
+        self.notifications: list[dict[str, Any]] = []
+        self._cond = threading.Condition()
+        self._reader = threading.Thread(target=self._read_loop, name="replay-reader", daemon=True)
+        self._reader.start()
+
+    def _write(self, message: dict[str, Any]) -> None:
+        body = json.dumps({"jsonrpc": "2.0", **message}).encode("utf-8")
+        assert self.proc.stdin is not None
+        with self._lock:
+            self.proc.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            self.proc.stdin.flush()
+
+    def request(self, method: str, params: Any) -> Future[Any]:
+        with self._lock:
+            self._next_id += 1
+            msg_id = self._next_id
+            future: Future[Any] = Future()
+            self._pending[msg_id] = future
+        self._write({"id": msg_id, "method": method, "params": params})
+        return future
+
+    def notify(self, method: str, params: Any) -> None:
+        self._write({"method": method, "params": params})
+
+    def _read_loop(self) -> None:
+        out = self.proc.stdout
+        assert out is not None
+        while True:
+            length = 0
+            while True:
+                line = out.readline()
+                if not line:
+                    self._fail_all("the language server exited")
+                    return
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":", 1)[1])
+                elif line.strip() == b"" and length:
+                    break
+            message = json.loads(out.read(length))
+            if "method" in message and "id" in message:
+                # Server -> client requests (progress tokens, configuration pulls): accept them.
+                self._write({"id": message["id"], "result": None})
+            elif "method" in message:
+                with self._cond:
+                    self.notifications.append(message)
+                    self._cond.notify_all()
+            else:
+                future = self._pending.pop(message.get("id"), None)
+                if future is not None:
+                    if "error" in message:
+                        future.set_exception(RuntimeError(message["error"].get("message", "error")))
+                    else:
+                        future.set_result(message.get("result"))
+
+    def _fail_all(self, reason: str) -> None:
+        for future in list(self._pending.values()):
+            if not future.done():
+                future.set_exception(RuntimeError(reason))
+        with self._cond:
+            self._cond.notify_all()
+
+    def wait_status(self, states: set[str], timeout: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                for note in reversed(self.notifications):
+                    if note["method"] == "dspark/status" and note["params"].get("state") in states:
+                        return note["params"]
+                left = deadline - time.monotonic()
+                if left <= 0 or self.proc.poll() is not None:
+                    raise UserError(f"the language server did not reach {sorted(states)} in {timeout:.0f} s")
+                self._cond.wait(min(left, 0.5))
+
+    def close(self) -> None:
+        try:
+            self.request("shutdown", None).result(timeout=10)
+            self.notify("exit", None)
+            self.proc.wait(timeout=10)
+        except Exception:
+            self.proc.kill()
+            self.proc.wait()
+        finally:
+            if self._stderr_file is not None:
+                self._stderr_file.close()
+
+
+def _utf16_len(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
+def typing_plan(text: str, cfg: ReplayConfig) -> list[tuple[str, float, bool]]:
+    """(char, delay before it, pause after it) for each typed character; deterministic per seed."""
+    rng = random.Random(cfg.seed)
+    start = int(len(text) * cfg.start_fraction)
+    typed = text[start : start + cfg.max_chars]
+    plan = []
+    base = 1.0 / cfg.chars_per_second
+    for i, ch in enumerate(typed):
+        delay = base * rng.uniform(0.5, 1.5)
+        nxt = typed[i + 1] if i + 1 < len(typed) else ""
+        line_end = nxt == "\n"
+        word_end = ch.isalnum() and not nxt.isalnum() and nxt != "_"
+        pause = line_end or (word_end and rng.random() < cfg.word_pause_prob)
+        plan.append((ch, delay, pause))
+    return plan
+
+
+def run_replay(cfg: ReplayConfig, *, label: str = "replay") -> ReplayReport:
+    """Type the file into the server and report latency, cancellations and memory."""
+    try:
+        source = cfg.file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"cannot read {cfg.file}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{cfg.file} is not UTF-8 text") from exc
+    if not source.strip():
+        raise UserError(f"{cfg.file} is empty")
+    plan = typing_plan(source, cfg)
+    start = int(len(source) * cfg.start_fraction)
+    text = source[:start]
+    uri = cfg.file.resolve().as_uri()
+    language = LANGUAGES.get(cfg.file.suffix.lower(), "plaintext")
+
+    client = StdioClient(cfg.server_command, cfg.log_file)
+    started = time.monotonic()
+    try:
+        init = client.request(
+            "initialize",
+            {
+                "processId": os.getpid(),
+                "rootUri": None,
+                "capabilities": {"window": {"workDoneProgress": True}},
+                "initializationOptions": {"dspark": {"debounceMs": 0, **cfg.settings}},
+            },
+        )
+        init.result(timeout=60)
+        client.notify("initialized", {})
+        status = client.wait_status({"ready", "error", "disabled"}, cfg.load_timeout_s)
+        if status["state"] != "ready":
+            raise UserError(f"the server is not ready: {status.get('state')}: {status.get('message', '')}")
+        version = 1
+        client.notify(
+            "textDocument/didOpen",
+            {"textDocument": {"uri": uri, "languageId": language, "version": version, "text": text}},
+        )
+        line = text.count("\n")
+        col = _utf16_len(text[text.rfind("\n") + 1 :])
+        pending: list[Future[Any]] = []
+        for ch, delay, pause in plan:
+            time.sleep(delay * cfg.time_scale)
+            version += 1
+            client.notify(
+                "textDocument/didChange",
+                {
+                    "textDocument": {"uri": uri, "version": version},
+                    "contentChanges": [
+                        {
+                            "range": {
+                                "start": {"line": line, "character": col},
+                                "end": {"line": line, "character": col},
+                            },
+                            "text": ch,
+                        }
+                    ],
+                },
+            )
+            text += ch
+            if ch == "\n":
+                line, col = line + 1, 0
+            else:
+                col += _utf16_len(ch)
+            if pause:
+                pending.append(
+                    client.request(
+                        "textDocument/inlineCompletion",
+                        {
+                            "textDocument": {"uri": uri},
+                            "position": {"line": line, "character": col},
+                            "context": {"triggerKind": 2},
+                        },
+                    )
+                )
+                time.sleep(random.Random(cfg.seed + version).uniform(*cfg.pause_s) * cfg.time_scale)
+        for future in pending:
+            try:
+                future.result(timeout=120)
+            except Exception:
+                pass  # cancelled requests answer with an error: counted from the server's stats
+        stats = client.request("dspark/stats", {}).result(timeout=30)
+    finally:
+        client.close()
+    return _report(label, stats, len(plan), time.monotonic() - started)
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return round(ordered[index], 1)
+
+
+def _report(label: str, stats: dict[str, Any], typed: int, wall: float) -> ReplayReport:
+    counters = stats.get("counters", {})
+    records = [r for r in stats.get("requests", []) if r.get("status") in ("ok", "empty")]
+    latencies = [float(r["latencyMs"]) for r in records]
+    requests = int(counters.get("requests", 0))
+    cancelled = int(counters.get("superseded", 0)) + int(counters.get("cancelled", 0))
+    service: dict[str, Any] = {}
+    service_records = [r.get("service", {}) for r in records]
+    for key in ("prefill_tokens", "reused_tokens", "target_forwards", "accepted_per_forward", "latency_ms"):
+        values = [float(s[key]) for s in service_records if isinstance(s.get(key), (int, float))]
+        if values:
+            service[key] = round(statistics.fmean(values), 2)
+    service["from_cache"] = sum(1 for s in service_records if s.get("from_cache"))
+    rss = stats.get("peakRssKb")
+    return ReplayReport(
+        label=label,
+        requests=requests,
+        completed=len(records),
+        cancelled=cancelled,
+        not_ready=int(counters.get("not_ready", 0)),
+        errors=int(counters.get("error", 0)),
+        cancelled_share=round(cancelled / requests, 3) if requests else 0.0,
+        p50_ms=_percentile(latencies, 0.5),
+        p95_ms=_percentile(latencies, 0.95),
+        mean_ms=round(statistics.fmean(latencies), 1) if latencies else None,
+        peak_rss_mb=round(rss / 1024, 1) if isinstance(rss, (int, float)) else None,
+        typed_chars=typed,
+        wall_s=round(wall, 1),
+        service=service,
+    )
+
+
+def compare_reuse(cfg: ReplayConfig) -> dict[str, Any]:
+    """The same replay with KV prefix reuse on and off (the hidden `prefixReuse` setting)."""
+    on = run_replay(_with(cfg, prefixReuse=True), label="reuse on")
+    off = run_replay(_with(cfg, prefixReuse=False), label="reuse off")
+    ratio = (off.p50_ms / on.p50_ms) if on.p50_ms and off.p50_ms else None
+    return {
+        "reuse_on": asdict(on),
+        "reuse_off": asdict(off),
+        "p50_speedup_from_reuse": ratio and round(ratio, 2),
+    }
+
+
+def _with(cfg: ReplayConfig, **settings: Any) -> ReplayConfig:
+    return ReplayConfig(**{**asdict(cfg), "file": cfg.file, "settings": {**cfg.settings, **settings}})
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dspark_lsp.bench.lsp_replay", description=__doc__)
+    parser.add_argument("file", type=Path, help="a source file to type")
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--draft-model", default=None)
+    parser.add_argument("--chars", type=int, default=300, help="characters to type (default 300)")
+    parser.add_argument("--cps", type=float, default=8.0, help="typing speed, characters per second")
+    parser.add_argument("--no-compare", action="store_true", help="one run with reuse on, no reuse-off run")
+    parser.add_argument(
+        "--server", default=None, help="server command (default: this Python, -m dspark_lsp.lsp --stdio)"
+    )
+    parser.add_argument("--log-file", default=None, help="append the server's stderr here")
+    args = parser.parse_args(argv)
+    settings: dict[str, Any] = {}
+    if args.model:
+        settings["model"] = args.model
+    if args.draft_model:
+        settings["draftModel"] = args.draft_model
+    cfg = ReplayConfig(
+        file=args.file,
+        settings=settings,
+        max_chars=args.chars,
+        chars_per_second=args.cps,
+        log_file=args.log_file,
+    )
+    if args.server:
+        cfg.server_command = args.server.split()
+    try:
+        result: Any = asdict(run_replay(cfg)) if args.no_compare else compare_reuse(cfg)
+    except UserError as exc:
+        print(f"dspark-lsp: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

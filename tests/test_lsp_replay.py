@@ -1,0 +1,76 @@
+"""The typing replay bench, run against the server with the fake service (fast, time-scaled)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from dspark_lsp.bench.lsp_replay import ReplayConfig, run_replay, typing_plan
+from dspark_lsp.errors import UserError
+
+FIXTURES = Path(__file__).parent / "lsp_fixtures"
+SOURCE = (
+    "def greet(name):\n"
+    "    s = '😀 hello'\n"
+    "    return s + name\n"
+    "\n"
+    "for word in ['漢字', 'abc']:\n"
+    "    print(greet(word))\n"
+)
+
+
+def config(tmp_path: Path, **kw: object) -> ReplayConfig:
+    path = tmp_path / "sample.py"
+    path.write_text(SOURCE, encoding="utf-8")
+    return ReplayConfig(
+        file=path,
+        server_command=[sys.executable, str(FIXTURES / "fake_server.py"), "warning"],
+        start_fraction=0.2,
+        max_chars=120,
+        word_pause_prob=0.5,
+        time_scale=0.02,
+        load_timeout_s=20,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+@pytest.mark.timeout(60)
+def test_replay_types_the_file_and_reports(tmp_path: Path) -> None:
+    cfg = config(tmp_path)
+    pauses = sum(1 for _, _, pause in typing_plan(SOURCE, cfg) if pause)
+    report = run_replay(cfg)
+    assert report.requests == pauses > 3
+    assert report.completed + report.cancelled + report.not_ready + report.errors == report.requests
+    assert report.completed >= 1 and report.p50_ms is not None and report.p95_ms is not None
+    assert report.p50_ms <= report.p95_ms
+    assert 0.0 <= report.cancelled_share <= 1.0
+    assert report.peak_rss_mb is not None and report.peak_rss_mb > 10
+
+
+@pytest.mark.timeout(60)
+def test_replay_keeps_the_servers_document_in_sync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every completion the service saw had the cursor at the end of exactly the text typed so far
+    (incremental edits with emoji/CJK columns applied right)."""
+    from dspark_lsp.bench import lsp_replay
+
+    seen: list[dict[str, object]] = []
+    original = lsp_replay._report
+
+    def capture(label: str, stats: dict, typed: int, wall: float):  # type: ignore[no-untyped-def]
+        seen.extend(stats["service"])
+        return original(label, stats, typed, wall)
+
+    monkeypatch.setattr(lsp_replay, "_report", capture)
+    run_replay(config(tmp_path))
+    assert seen
+    for record in seen:
+        offset = int(record["offset"])  # type: ignore[call-overload]
+        assert record["text_len"] == offset
+        assert record["tail"] == SOURCE[offset - 2 : offset]
+
+
+def test_replay_reports_a_missing_file_as_user_error(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="cannot read"):
+        run_replay(ReplayConfig(file=tmp_path / "nope.py"))
