@@ -98,10 +98,12 @@ class SyntaxDocument:
         after = strip_cr(text[offset:line_end])
         suffix_line = next((ln.strip() for ln in text[line_end + 1 :].split("\n") if ln.strip()), "")
         recent: list[str] = []
+        previous_line = ""
         end = line_start
         while end > 0 and len(recent) < RECENT_LINES:
             start = text.rfind("\n", 0, end - 1) + 1
             if text[start : end - 1].strip():
+                previous_line = previous_line or strip_cr(text[start : end - 1])
                 recent.append(text[start : end - 1].strip())
             end = start
         recent.reverse()
@@ -122,6 +124,7 @@ class SyntaxDocument:
             line_after=after,
             suffix_line=suffix_line,
             recent_lines=tuple(recent),
+            previous_line=previous_line,
             opener_indent=opener_indent,
             braces=spec is not None and spec.block_style == "braces",
             start_state=self.lex_state_at(offset),

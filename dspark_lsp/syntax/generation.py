@@ -42,11 +42,9 @@ class GenerationTracker:
         self._lexicon = lexicon
         self._openers = loaded.spec.block_openers if loaded is not None else (":", "{")
         self._stops = StopRules(facts, lexicon, stop_config)
-        self._start_expected = self._expected_after(facts.recent_lines[-1] if facts.recent_lines else "")
-        if facts.line_before.strip():
-            # The cursor's own line is the "previous" line only once a newline is generated.
-            prev = facts.recent_lines[-2] if len(facts.recent_lines) > 1 else ""
-            self._start_expected = self._expected_after(prev)
+        # Until a line break is generated the current line is the cursor's; after it, the rules use
+        # the lines generated so far (see _advance_lines).
+        self._start_expected = self._expected_after(facts.previous_line)
         self._reset_generated()
 
     def _reset_generated(self) -> None:

@@ -42,6 +42,7 @@ class CursorFacts:
     line_after: str  # the rest of the cursor's line (no line break)
     suffix_line: str  # the first non-blank line after the cursor's line, stripped ("" if none)
     recent_lines: tuple[str, ...]  # the last non-blank lines before the cursor's line, stripped
+    previous_line: str  # the last non-blank line before the cursor's line, as written
     opener_indent: int | None  # indent of the block-opening line right before the cursor, if any
     braces: bool  # block style: braces (True) or indentation (False)
     start_state: LexState  # lexical state at the cursor
@@ -227,7 +228,9 @@ class StopRules:
             self._stop = self._kept_end  # re-typing the code after the cursor
             return
         if len(stripped) >= self.config.min_repeat_len and any(is_word_char(c) for c in stripped):
-            if stripped in facts.recent_lines[-self.config.repeat_window :] and self._line_no > 0:
+            # The cursor's own line counts once it is a fresh line (on "def f():|" it is the prefix's).
+            fresh = self._line_no > 0 or not facts.line_before.strip()
+            if fresh and stripped in facts.recent_lines[-self.config.repeat_window :]:
                 self._stop = self._kept_end
                 return
             if self._seen[stripped] >= self.config.max_repeats:
