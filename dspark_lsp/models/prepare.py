@@ -89,6 +89,13 @@ def _remove(path: Path) -> None:
             path.unlink()
 
 
+def _make_shareable(directory: Path) -> None:
+    """mkdtemp makes a 0700 dir; give the final model dir the usual umask-based mode instead."""
+    umask = os.umask(0)
+    os.umask(umask)
+    directory.chmod(0o777 & ~umask)
+
+
 def _clean_leftovers(root: Path, spec: GGUFModelSpec, log: Log) -> None:
     """Delete what an interrupted run of this model left behind (never another model's files)."""
     mdir = cache.models_dir(root)
@@ -231,6 +238,7 @@ def prepare_model(
             files = cache.list_files(tmp)
             if not files:
                 raise ModelError(f"converting {spec.gguf_filename} produced no files")
+            _make_shareable(tmp)
             os.replace(tmp, final)
             tmp = None
             cache.write_manifest(

@@ -1,0 +1,153 @@
+"""Resolve a model spec (registry name, local dir, HF id) and load it as a causal LM + tokenizer."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dspark_lsp.errors import ModelError, ModelNotPrepared
+from dspark_lsp.models import cache
+from dspark_lsp.models.registry import KNOWN_MODELS
+
+if TYPE_CHECKING:  # transformers/torch are heavy: import them only when a model is really loaded.
+    import torch
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+
+def _looks_like_path(spec: str) -> bool:
+    """True for strings that can only be meant as a filesystem path (never an HF id like 'org/name')."""
+    return spec.startswith(("/", "./", "../", "~", ".\\")) or spec in (".", "..") or os.path.isabs(spec)
+
+
+def resolve_model(spec: str, cache_root: str | os.PathLike[str] | None = None) -> Path | str:
+    """Where to load ``spec`` from: a prepared registry model's dir, a local dir, or an HF hub id (str)."""
+    if not spec or not spec.strip():
+        raise ModelError("empty model name")
+    if spec in KNOWN_MODELS:
+        root = cache.cache_root(cache_root)
+        directory = cache.model_dir(root, spec)
+        reason = cache.not_ready_reason(directory, spec, KNOWN_MODELS[spec].sha256)
+        if reason is not None:
+            flag = f" --cache-dir {root}" if cache_root else ""
+            raise ModelNotPrepared(
+                f"model {spec} is {'not prepared' if reason == 'not prepared' else 'incomplete: ' + reason}; "
+                f"run: dspark-lsp models prepare {spec}{flag}"
+            )
+        return directory
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelError(f"{path} is a directory but holds no config.json (not a Hugging Face model dir)")
+        return path
+    if path.exists():
+        raise ModelError(f"{path} is a file; give a model directory, a registry name or a Hugging Face id")
+    if _looks_like_path(spec):
+        raise ModelError(f"model directory {path} does not exist")
+    return spec
+
+
+def pick_device(device: str) -> str:
+    """'auto' -> 'cuda' when a GPU is usable, else 'cpu'; anything else is passed through."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def pick_dtype(dtype: str, device: str) -> torch.dtype:
+    """'auto' -> float32 on CPU (bf16 matmuls are not faster there for every op), bfloat16 on CUDA."""
+    import torch
+
+    if dtype == "auto":
+        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+             "float16": torch.float16, "fp16": torch.float16}
+    try:
+        return table[dtype]
+    except KeyError:
+        raise ModelError(f"unknown dtype {dtype!r}; use auto, {', '.join(table)}") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _from_pretrained(
+    source: Path | str, torch_dtype: torch.dtype, local_only: bool
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local_only)
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, local_files_only=local_only)
+    return model, tokenizer
+
+
+def _hub_offline() -> bool:
+    from huggingface_hub import constants
+
+    env = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
+    return bool(constants.HF_HUB_OFFLINE) or env.strip().lower() in ("1", "true", "yes", "on")
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    """Can we open a TCP connection to the hub? Without this check an unreachable hub costs ~45 s of
+    retries (and screens of warnings) before from_pretrained gives up."""
+    import socket
+    from urllib.parse import urlparse
+
+    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    port = url.port or (80 if url.scheme == "http" else 443)
+    try:
+        with socket.create_connection((url.hostname or "huggingface.co", port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _load_hub_model(hub_id: str, torch_dtype: torch.dtype) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """The HF cache first (works offline), then the network when the hub can be reached."""
+    try:
+        return _from_pretrained(hub_id, torch_dtype, local_only=True)
+    except Exception as exc:
+        cached_error = exc
+    if _hub_offline() or not _hub_reachable():
+        raise ModelError(
+            f"could not load model {hub_id!r}: it is not a registry name or a local directory, not in the "
+            f"Hugging Face cache, and huggingface.co cannot be reached ({_first_line(cached_error)})"
+        )
+    try:
+        return _from_pretrained(hub_id, torch_dtype, local_only=False)
+    except Exception as exc:
+        raise ModelError(f"could not load model {hub_id!r} from the Hugging Face hub: {_first_line(exc)}") from exc
+
+
+def load_causal_lm(
+    spec: str,
+    device: str = "cpu",
+    dtype: str = "auto",
+    cache_root: str | os.PathLike[str] | None = None,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load ``spec`` for inference: eval mode, gradients off, on ``device`` in ``dtype``."""
+    source = resolve_model(spec, cache_root)
+    dev = pick_device(device)
+    torch_dtype = pick_dtype(dtype, dev)
+
+    if isinstance(source, Path):
+        try:
+            model, tokenizer = _from_pretrained(source, torch_dtype, local_only=True)
+        except Exception as exc:
+            raise ModelError(f"could not load model {spec!r} from {source}: {_first_line(exc)}") from exc
+    else:
+        model, tokenizer = _load_hub_model(source, torch_dtype)
+    try:
+        # Any: transformers' typing of `.to` (a decorated wrapper) confuses mypy; it returns the model.
+        movable: Any = model
+        movable.to(dev)
+    except Exception as exc:
+        raise ModelError(f"could not move model {spec!r} to device {dev!r}: {_first_line(exc)}") from exc
+    model.eval()
+    model.requires_grad_(False)
+    return model, tokenizer
