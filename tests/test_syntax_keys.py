@@ -11,7 +11,12 @@ CASES: list[tuple[str | None, str, str, bool]] = [
     ("python", "import os\n\ndef f(path):\n", "    return os", False),  # a complete known name: "." next
     ("python", "import os\n\ndef f(path):\n", "    return os.", True),  # member access
     ("python", "import os\n\ndef f(path):\n", "    return os.path.join(pa", True),  # "pa" may become "path"
-    ("python", "import os\n\ndef f(path):\n", "    return os.path.join(path", False),  # complete name: ")" or ","
+    (
+        "python",
+        "import os\n\ndef f(path):\n",
+        "    return os.path.join(path",
+        False,
+    ),  # complete name: ")" or ","
     ("python", "import os\n\ndef f(path):\n", "    return os.path.join(path)", False),  # after a closer
     ("python", "import os\n\ndef f(path):\n", "    return", True),  # a value follows "return"
     ("python", "import os\n\ndef f(path):\n", "    x = 1  # the ", False),  # comment prose

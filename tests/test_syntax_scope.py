@@ -118,7 +118,9 @@ def scope_of(language: str | None, snippet: str) -> Scope:
     return doc.completion_scope(offset)
 
 
-@pytest.mark.parametrize(("language", "snippet", "want"), FLAT, ids=[f"{c[0]}-{i}" for i, c in enumerate(FLAT)])
+@pytest.mark.parametrize(
+    ("language", "snippet", "want"), FLAT, ids=[f"{c[0]}-{i}" for i, c in enumerate(FLAT)]
+)
 def test_scope_case(language: str | None, snippet: str, want: Scope) -> None:
     assert scope_of(language, snippet) is want
 

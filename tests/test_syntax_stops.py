@@ -33,14 +33,34 @@ CASES: list[tuple[str | None, str, str, str | None]] = [
     # braces: the brace that closes the enclosing block
     ("javascript", "function f() {<|>\n}\n", "\n  return 1;\n}\n", "\n  return 1;"),
     ("javascript", "function f() {<|>\n", "\n  return 1;\n}\nfunction g() {}", "\n  return 1;\n}"),
-    ("javascript", "function f() {<|>}\n", "\n  if (a) { b(); }\n  return 1;\n}", "\n  if (a) { b(); }\n  return 1;"),
+    (
+        "javascript",
+        "function f() {<|>}\n",
+        "\n  if (a) { b(); }\n  return 1;\n}",
+        "\n  if (a) { b(); }\n  return 1;",
+    ),
     ("javascript", "function f() {<|>\n}\n", '\n  s = "}";\n  t = 1;\n', None),  # a brace in a string
-    ("c", "int main(void) {\n  <|>\n}\n", "int x = 0;\n  // }\n  return x;\n}\n", "int x = 0;\n  // }\n  return x;"),
+    (
+        "c",
+        "int main(void) {\n  <|>\n}\n",
+        "int x = 0;\n  // }\n  return x;\n}\n",
+        "int x = 0;\n  // }\n  return x;",
+    ),
     ("go", "func main() {\n\t<|>\n}\n", "x := 1\n\tfmt.Println(x)\n}\n", "x := 1\n\tfmt.Println(x)"),
-    ("rust", "fn main() {\n    <|>\n}\n", "let v = 1;\n    println!(\"{}\", v);\n}", 'let v = 1;\n    println!("{}", v);'),
+    (
+        "rust",
+        "fn main() {\n    <|>\n}\n",
+        'let v = 1;\n    println!("{}", v);\n}',
+        'let v = 1;\n    println!("{}", v);',
+    ),
     ("java", "class A {\n  void f() {\n    <|>\n  }\n}\n", "int x = 1;\n  }\n", "int x = 1;"),
     ("cpp", "<|>\n", "int g() {\n  return 1;\n}\n\nint h() {\n", "int g() {\n  return 1;\n}"),
-    ("typescript", "class C {\n  m() {\n    <|>\n  }\n  n() {}\n}\n", "return 1;\n  }\n  n() {}\n", "return 1;"),
+    (
+        "typescript",
+        "class C {\n  m() {\n    <|>\n  }\n  n() {}\n}\n",
+        "return 1;\n  }\n  n() {}\n",
+        "return 1;",
+    ),
     # plain text: indentation rules
     (None, "items:<|>\n", "\n  - one\n  - two\nnext:", "\n  - one\n  - two"),
 ]

@@ -94,7 +94,9 @@ def measure_step_cost(
 def main() -> None:  # pragma: no cover - manual use: python -m dspark_lsp.syntax.bench
     for language in available_languages():
         r = measure_step_cost(language)
-        print(f"{language:11s} {int(r['lines']):5d} lines  mean {r['mean_ms']:.3f} ms  p95 {r['p95_ms']:.3f} ms")
+        print(
+            f"{language:11s} {int(r['lines']):5d} lines  mean {r['mean_ms']:.3f} ms  p95 {r['p95_ms']:.3f} ms"
+        )
 
 
 if __name__ == "__main__":  # pragma: no cover
