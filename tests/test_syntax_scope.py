@@ -12,7 +12,7 @@ from dspark_lsp.syntax import Scope, SyntaxDocument
 CURSOR = "<|>"
 N, S, M = Scope.NONE, Scope.SINGLE_LINE, Scope.MULTI_LINE
 
-CASES: dict[str, list[tuple[str, Scope]]] = {
+CASES: dict[str | None, list[tuple[str, Scope]]] = {
     "python": [
         ("x = fo<|>o\n", N),
         ("x = foo(<|>)\n", S),
