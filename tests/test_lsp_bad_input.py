@@ -76,7 +76,9 @@ class RawClient:
                 return message
 
     async def wait_ready(self) -> None:
-        while not any(n["method"] == "dspark/status" and n["params"]["state"] == "ready" for n in self.notifications):
+        while not any(
+            n["method"] == "dspark/status" and n["params"]["state"] == "ready" for n in self.notifications
+        ):
             message = await self.read()
             if "method" in message and "id" in message:
                 self.send({"id": message["id"], "result": None})
@@ -86,7 +88,12 @@ class RawClient:
     async def initialize(self) -> None:
         msg_id = self.request(
             "initialize",
-            {"processId": None, "rootUri": None, "capabilities": {}, "initializationOptions": {"debounceMs": 0}},
+            {
+                "processId": None,
+                "rootUri": None,
+                "capabilities": {},
+                "initializationOptions": {"debounceMs": 0},
+            },
         )
         assert "result" in await self.response(msg_id)
         self.notify("initialized", {})
@@ -95,7 +102,11 @@ class RawClient:
     async def inline(self, line: int, character: int, uri: str = URI) -> dict[str, Any]:
         msg_id = self.request(
             "textDocument/inlineCompletion",
-            {"textDocument": {"uri": uri}, "position": {"line": line, "character": character}, "context": {"triggerKind": 2}},
+            {
+                "textDocument": {"uri": uri},
+                "position": {"line": line, "character": character},
+                "context": {"triggerKind": 2},
+            },
         )
         return await self.response(msg_id)
 
@@ -176,7 +187,14 @@ async def test_huge_line_is_served(raw: RawClient) -> None:
     line = "x" * 300_000
     raw.notify(
         "textDocument/didOpen",
-        {"textDocument": {"uri": "file:///tmp/huge.js", "languageId": "javascript", "version": 1, "text": line}},
+        {
+            "textDocument": {
+                "uri": "file:///tmp/huge.js",
+                "languageId": "javascript",
+                "version": 1,
+                "text": line,
+            }
+        },
     )
     reply = await raw.inline(0, 300_000, uri="file:///tmp/huge.js")
     text = reply["result"]["items"][0]["insertText"]
@@ -191,7 +209,12 @@ async def test_edit_with_an_out_of_range_range_clamps(raw: RawClient) -> None:
         "textDocument/didChange",
         {
             "textDocument": {"uri": URI, "version": 2},
-            "contentChanges": [{"range": {"start": {"line": 99, "character": 0}, "end": {"line": 99, "character": 5}}, "text": "#"}],
+            "contentChanges": [
+                {
+                    "range": {"start": {"line": 99, "character": 0}, "end": {"line": 99, "character": 5}},
+                    "text": "#",
+                }
+            ],
         },
     )
     # Appended at the end: the document is now "x = 1\nprint(x)\n#" and line 2 exists.

@@ -19,13 +19,17 @@ pytestmark = [pytest.mark.asyncio(loop_scope="function"), pytest.mark.timeout(60
 URI = "file:///tmp/dspark/example.py"
 
 
-@pytest_lsp.fixture(config=ClientServerConfig(server_command=[sys.executable, str(FIXTURES / "fake_server.py")]))
+@pytest_lsp.fixture(
+    config=ClientServerConfig(server_command=[sys.executable, str(FIXTURES / "fake_server.py")])
+)
 async def client(lsp_client: LanguageClient):
     yield
     await lsp_client.shutdown_session()
 
 
-async def start(client: LanguageClient, options: dict[str, Any] | None = None, **caps: Any) -> types.InitializeResult:
+async def start(
+    client: LanguageClient, options: dict[str, Any] | None = None, **caps: Any
+) -> types.InitializeResult:
     capabilities = types.ClientCapabilities(
         window=types.WindowClientCapabilities(work_done_progress=True),
         workspace=types.WorkspaceClientCapabilities(configuration=caps.get("configuration", False)),
@@ -69,7 +73,9 @@ def _record_status(client: LanguageClient) -> None:
 
 def open_doc(client: LanguageClient, text: str, uri: str = URI, language: str = "python") -> None:
     client.text_document_did_open(
-        types.DidOpenTextDocumentParams(types.TextDocumentItem(uri=uri, language_id=language, version=1, text=text))
+        types.DidOpenTextDocumentParams(
+            types.TextDocumentItem(uri=uri, language_id=language, version=1, text=text)
+        )
     )
 
 
@@ -84,7 +90,9 @@ async def inline(client: LanguageClient, line: int, character: int, uri: str = U
     if result is None:
         return []
     items = result.items if isinstance(result, types.InlineCompletionList) else result
-    return [item.insert_text if isinstance(item.insert_text, str) else item.insert_text.value for item in items]
+    return [
+        item.insert_text if isinstance(item.insert_text, str) else item.insert_text.value for item in items
+    ]
 
 
 async def stats(client: LanguageClient) -> dict[str, Any]:
@@ -111,7 +119,10 @@ async def test_initialize_advertises_capabilities_and_loads(client: LanguageClie
     assert caps.inline_completion_provider
     assert caps.completion_provider is not None
     sync = caps.text_document_sync
-    assert isinstance(sync, types.TextDocumentSyncOptions) and sync.change == types.TextDocumentSyncKind.Incremental
+    assert (
+        isinstance(sync, types.TextDocumentSyncOptions)
+        and sync.change == types.TextDocumentSyncKind.Incremental
+    )
     assert caps.position_encoding in (None, types.PositionEncodingKind.Utf16)
     await wait_status(client, "ready")
     # Loading was shown as work-done progress: begin ... end on one token.
@@ -154,7 +165,9 @@ async def test_completion_item_replaces_the_word(client: LanguageClient) -> None
     await wait_status(client, "ready")
     open_doc(client, "    pri")
     result = await client.text_document_completion_async(
-        types.CompletionParams(text_document=types.TextDocumentIdentifier(uri=URI), position=types.Position(0, 7))
+        types.CompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=URI), position=types.Position(0, 7)
+        )
     )
     assert isinstance(result, types.CompletionList) and result.is_incomplete
     assert len(result.items) == 1
@@ -193,7 +206,9 @@ async def test_load_failure_is_shown_and_server_keeps_serving(client: LanguageCl
     assert await inline(client, 0, 4) == []
     assert (await stats(client))["state"] == "error"
     # Fixing the setting recovers without a restart.
-    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"dspark": {"model": "fake"}}))
+    client.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(settings={"dspark": {"model": "fake"}})
+    )
     await wait_status(client, "ready")
     assert await inline(client, 0, 4) == ["<4|= >"]
 
@@ -253,7 +268,9 @@ async def test_configuration_change_updates_knobs_without_reload(client: Languag
     await wait_status(client, "ready")
     open_doc(client, "x")
     await inline(client, 0, 1)
-    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"dspark": {"threshold": 0.5}}))
+    client.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(settings={"dspark": {"threshold": 0.5}})
+    )
     await asyncio.sleep(0.2)
     await inline(client, 0, 1)
     first, second = (await stats(client))["service"][-2:]
@@ -265,7 +282,9 @@ async def test_model_change_reloads_in_background(client: LanguageClient) -> Non
     await start(client)
     await wait_status(client, "ready")
     client._status.clear()  # type: ignore[attr-defined]
-    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"dspark": {"model": "fake2"}}))
+    client.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(settings={"dspark": {"model": "fake2"}})
+    )
     await wait_status(client, "loading")
     await wait_status(client, "ready")
     open_doc(client, "x")

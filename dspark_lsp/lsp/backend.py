@@ -49,7 +49,7 @@ class Backend:
 
 def default_backend(service_factory: ServiceFactory | None = None) -> Backend:
     """The real service; imported lazily so `dspark-lsp --help` does not pay for torch."""
-    from dspark_lsp import service
+    import dspark_lsp.service as service
 
     return Backend(
         config_from_settings=lambda settings, base: service.ServiceConfig.from_settings(settings, base),

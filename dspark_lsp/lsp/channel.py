@@ -83,14 +83,20 @@ class Channel:
     def progress_create(self, timeout: float = 5.0) -> str | None:
         """Create a progress token (blocking; call from a worker thread). None if unsupported/failed."""
         loop = self._loop
-        if loop is None or not self.supports_progress() or threading.current_thread() is threading.main_thread():
+        if (
+            loop is None
+            or not self.supports_progress()
+            or threading.current_thread() is threading.main_thread()
+        ):
             return None
         token = f"dspark-{uuid.uuid4().hex[:12]}"
         done: Future[None] = Future()
 
         def send() -> None:
             fut = self._server.work_done_progress.create(token)
-            fut.add_done_callback(lambda f: done.set_exception(e) if (e := f.exception()) else done.set_result(None))
+            fut.add_done_callback(
+                lambda f: done.set_exception(e) if (e := f.exception()) else done.set_result(None)
+            )
 
         self._call(send)
         try:

@@ -75,7 +75,9 @@ class DSparkProtocol(LanguageServerProtocol):
             # answer: reply with the error on the request's own id.
             msg_id = data.get("id") if isinstance(data, dict) else None
             if isinstance(data, dict) and "method" in data and isinstance(msg_id, (int, str)):
-                log.warning("invalid params for %s (id %s): answering with an error", data.get("method"), msg_id)
+                log.warning(
+                    "invalid params for %s (id %s): answering with an error", data.get("method"), msg_id
+                )
                 error = exc if isinstance(exc, JsonRpcInvalidParams) else JsonRpcInternalError()
                 response = error.to_response_error()
                 response.message = f"invalid params for {data.get('method')}: {exc.__cause__ or exc}"
@@ -91,7 +93,9 @@ class DSparkProtocol(LanguageServerProtocol):
             # Valid JSON but not a JSON-RPC message (an array, a number, an object without "jsonrpc").
             msg_id = message.get("id") if isinstance(message, dict) else None
             log.warning("not a JSON-RPC message: %.200r", message)
-            self._send_raw_error(msg_id if isinstance(msg_id, (int, str)) else None, INVALID_REQUEST, "Invalid Request")
+            self._send_raw_error(
+                msg_id if isinstance(msg_id, (int, str)) else None, INVALID_REQUEST, "Invalid Request"
+            )
             return
         super().handle_message(message)
 

@@ -33,7 +33,11 @@ class LspSettings:
                 problems.append(f"dspark.enable must be true or false, got {value!r}; using {enable}")
         if "debounceMs" in settings and settings["debounceMs"] is not None:
             value = settings["debounceMs"]
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= MAX_DEBOUNCE_MS:
+            if (
+                isinstance(value, (int, float))
+                and not isinstance(value, bool)
+                and 0 <= value <= MAX_DEBOUNCE_MS
+            ):
                 debounce = int(value)
             else:
                 problems.append(

@@ -128,7 +128,6 @@ class CompletionWorker:
                 del self._active[uri]
             outcome.latency_ms = (time.perf_counter() - started) * 1000
             self.counters[outcome.status] += 1
-            service_stats = getattr(outcome.result, "stats", None)
             self.records.append(
                 _Record(
                     uri,
@@ -136,7 +135,7 @@ class CompletionWorker:
                     outcome.latency_ms,
                     debounce_ms,
                     len(outcome.text),
-                    dict(service_stats) if isinstance(service_stats, dict) else {},
+                    _service_figures(outcome.result),
                 )
             )
             if self.on_done is not None:
@@ -145,7 +144,9 @@ class CompletionWorker:
                 except Exception:
                     log.debug("on_done hook failed", exc_info=True)
 
-    async def _run(self, cancellation: Cancellation, make_request: Callable[[], Any], debounce_ms: int) -> Outcome:
+    async def _run(
+        self, cancellation: Cancellation, make_request: Callable[[], Any], debounce_ms: int
+    ) -> Outcome:
         if debounce_ms > 0 and await cancellation.wait(debounce_ms / 1000):
             return Outcome("superseded")
         if cancellation.cancelled:
@@ -173,6 +174,18 @@ class CompletionWorker:
             "requests": [r.as_dict() for r in self.records],
             "peakRssKb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
         }
+
+
+def _service_figures(result: Any) -> dict[str, Any]:
+    """The service's per-request figures plus the result flags that live outside `stats`."""
+    if result is None:
+        return {}
+    stats = getattr(result, "stats", None)
+    figures = {k: v for k, v in stats.items() if not isinstance(v, list)} if isinstance(stats, dict) else {}
+    for name in ("from_cache", "stop_reason", "scope", "cancelled"):
+        if hasattr(result, name):
+            figures[name] = getattr(result, name)
+    return figures
 
 
 def _complete(service: Any, request: Any, cancel: threading.Event) -> Any:

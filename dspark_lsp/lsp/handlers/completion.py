@@ -65,7 +65,9 @@ def resolve_cursor(server: DSparkServer, uri: str, position: types.Position) -> 
         start = max(0, (offset - MAX_PREFIX_CHARS) // WINDOW_STEP * WINDOW_STEP)
         end = min(len(text), offset + MAX_SUFFIX_CHARS)
         text, offset = text[start:end], offset - start
-    return Cursor(uri, text, offset, line, character, dominant_line_ending(doc.text[:200_000]), doc.language_id)
+    return Cursor(
+        uri, text, offset, line, character, dominant_line_ending(doc.text[:200_000]), doc.language_id
+    )
 
 
 async def complete_at(server: DSparkServer, cursor: Cursor, *, explicit: bool) -> Outcome:
@@ -118,7 +120,10 @@ def register(server: DSparkServer) -> None:
         cursor = resolve_cursor(server, params.text_document.uri, params.position)
         if cursor is None:
             return empty
-        explicit = params.context is not None and params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
+        explicit = (
+            params.context is not None
+            and params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
+        )
         outcome = await complete_at(server, cursor, explicit=explicit)
         if not outcome.text:
             return empty
@@ -137,7 +142,9 @@ def register(server: DSparkServer) -> None:
         cursor = resolve_cursor(server, params.text_document.uri, params.position)
         if cursor is None:
             return empty
-        explicit = params.context is not None and params.context.trigger_kind == types.CompletionTriggerKind.Invoked
+        explicit = (
+            params.context is not None and params.context.trigger_kind == types.CompletionTriggerKind.Invoked
+        )
         outcome = await complete_at(server, cursor, explicit=explicit)
         if not outcome.text:
             return empty
