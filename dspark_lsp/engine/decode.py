@@ -223,6 +223,9 @@ class SpeculativeDecoder:
         last_logits: torch.Tensor | None = None
         for start in range(reused, len(prompt), PREFILL_CHUNK):
             last_logits = forward(self.target, prompt[start : start + PREFILL_CHUNK], cache)[-1]
+            # The prefill forward produces the first token, so it counts: target-only decoding then
+            # shows exactly 1.0 tokens per target forward.
+            stats.target_forwards += 1
         assert last_logits is not None
         stats.t_prefill = time.perf_counter() - t0
 

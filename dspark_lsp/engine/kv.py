@@ -8,7 +8,6 @@ goes through these helpers so the decode loop does not care which release is ins
 from __future__ import annotations
 
 import inspect
-from functools import lru_cache
 from typing import Any
 
 import torch
@@ -37,10 +36,15 @@ def crop(cache: DynamicCache, new_len: int) -> None:
         cache.crop(new_len)  # older API: absolute length
 
 
-@lru_cache(maxsize=32)
-def _cache_kwarg(model_cls: type) -> str:
-    params = inspect.signature(model_cls.forward).parameters
-    return "cache" if "cache" in params else "past_key_values"
+_KWARG: dict[type, str] = {}
+
+
+def _cache_kwarg(model: Any) -> str:
+    cls = type(model)
+    if cls not in _KWARG:
+        params = inspect.signature(cls.forward).parameters
+        _KWARG[cls] = "cache" if "cache" in params else "past_key_values"
+    return _KWARG[cls]
 
 
 @torch.inference_mode()
@@ -48,7 +52,7 @@ def forward(model: Any, ids: list[int], cache: DynamicCache) -> torch.Tensor:
     """Run ``ids`` through ``model`` on top of ``cache`` (extended in place); returns logits [len(ids), V]."""
     device = next(model.parameters()).device
     x = torch.tensor([ids], dtype=torch.long, device=device)
-    kwargs = {_cache_kwarg(type(model)): cache, "use_cache": True}
+    kwargs = {_cache_kwarg(model): cache, "use_cache": True}
     out = model(input_ids=x, **kwargs)
     return out.logits[0].float()
 

@@ -13,7 +13,7 @@ class DecodeStats:
     reused_tokens: int = 0  # prompt tokens whose KV came from the prefix cache
     prefill_tokens: int = 0
     new_tokens: int = 0
-    target_forwards: int = 0  # decode-time verify forwards (the prefill is counted separately)
+    target_forwards: int = 0  # every target forward: prefill chunks (the last yields token 1) + verifies
     draft_forwards: int = 0
     draft_steps_ar: int = 0
     draft_steps_parallel: int = 0

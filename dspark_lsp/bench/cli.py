@@ -1,0 +1,52 @@
+"""`dspark-lsp bench`: every decoding method side by side on the same prompts, in one run."""
+
+from __future__ import annotations
+
+import argparse
+
+METHODS = (
+    "target_only",
+    "hf_greedy",
+    "hf_assisted_heuristic",
+    "hf_assisted_constant",
+    "hf_prompt_lookup",
+    "fixed_k",
+    "dspark",
+    "dspark_relaxed",
+    "draft_ar_only",
+    "draft_parallel_only",
+)
+
+
+def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("bench", help="benchmark DSpark against target-only and Hugging Face decoding")
+    p.add_argument("--model", default="default", help="pair name / target model (default: the default pair)")
+    p.add_argument("--draft", default=None, help="draft override: a trained draft name, an HF model, ngram")
+    p.add_argument(
+        "--assistant", default=None, help="assistant model for hf_assisted_* (default: the pair's draft if HF)"
+    )
+    p.add_argument("--corpus", default=None, help="directory of source files to cut FIM holes from")
+    p.add_argument(
+        "--humaneval",
+        default="auto",
+        help="HumanEval infilling dir (default: ../shared/data/humaneval-infilling if present; 'none' to skip)",
+    )
+    p.add_argument("--sets", default="single,multi,span", help="HumanEval sets: single,multi,span")
+    p.add_argument("--limit", type=int, default=10, help="prompts per source")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--context-window", type=int, default=256)
+    p.add_argument("--methods", default=",".join(m for m in METHODS if m not in ("draft_ar_only", "draft_parallel_only")))
+    p.add_argument("--fixed-k", type=int, default=4)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
+    p.add_argument("--json", dest="json_out", default=None, metavar="OUT", help="write results as JSON")
+    p.add_argument("--syntax", action="store_true", help="also report syntax classification cost per step")
+    p.add_argument("--lsp", action="store_true", help="replay typing through the real server over stdio")
+    p.add_argument("--cache-dir", default=None)
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from dspark_lsp.bench.run import run_bench
+
+    return run_bench(args)

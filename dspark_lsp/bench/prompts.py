@@ -1,0 +1,120 @@
+"""Benchmark prompts: HumanEval infilling problems and FIM holes cut from source files."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+HUMANEVAL_FILES = {
+    "single": "HumanEval-SingleLineInfilling.jsonl.gz",
+    "multi": "HumanEval-MultiLineInfilling.jsonl.gz",
+    "span": "HumanEval-RandomSpanInfillingLight.jsonl.gz",
+}
+
+CODE_EXTENSIONS = {".py", ".js", ".ts", ".tsx", ".go", ".rs", ".java", ".c", ".h", ".cpp", ".cc", ".hpp"}
+
+
+@dataclass
+class BenchPrompt:
+    id: str
+    source: str  # "humaneval-single", "corpus", ...
+    text: str  # the document with the hole removed
+    offset: int  # cursor (code points)
+    path: str | None = None
+    language: str | None = None
+    reference: str | None = None  # the removed text
+    test: str | None = None  # HumanEval check code
+    entry_point: str | None = None
+
+
+def find_humaneval_dir(explicit: str | None) -> Path | None:
+    if explicit and explicit not in ("auto", "none"):
+        p = Path(explicit)
+        return p if p.is_dir() else None
+    if explicit == "none":
+        return None
+    here = Path(__file__).resolve()
+    for base in [Path.cwd(), *here.parents]:
+        cand = base.parent / "shared" / "data" / "humaneval-infilling"
+        if cand.is_dir():
+            return cand
+    return None
+
+
+def humaneval_prompts(directory: Path, sets: list[str], limit: int, seed: int) -> list[BenchPrompt]:
+    out: list[BenchPrompt] = []
+    for name in sets:
+        fname = HUMANEVAL_FILES.get(name)
+        if fname is None:
+            raise ValueError(f"unknown HumanEval set {name!r}; use {', '.join(HUMANEVAL_FILES)}")
+        with gzip.open(directory / fname, "rt", encoding="utf-8") as fh:
+            rows = [json.loads(line) for line in fh if line.strip()]
+        rng = random.Random(f"{seed}-{name}")
+        rng.shuffle(rows)
+        for row in rows[:limit]:
+            out.append(
+                BenchPrompt(
+                    id=row["task_id"],
+                    source=f"humaneval-{name}",
+                    text=row["prompt"] + row["suffix"],
+                    offset=len(row["prompt"]),
+                    path="problem.py",
+                    language="python",
+                    reference=row["canonical_solution"],
+                    test=row["test"],
+                    entry_point=row["entry_point"],
+                )
+            )
+    return out
+
+
+def corpus_prompts(directory: Path, limit: int, seed: int, language_of: object = None) -> list[BenchPrompt]:
+    """Holes at random line/column positions: the rest of a line, or the next 1–3 whole lines."""
+    files = sorted(
+        p for p in directory.rglob("*") if p.is_file() and p.suffix in CODE_EXTENSIONS and p.stat().st_size < 400_000
+    )
+    if not files:
+        raise ValueError(f"no source files ({', '.join(sorted(CODE_EXTENSIONS))}) under {directory}")
+    rng = random.Random(seed)
+    out: list[BenchPrompt] = []
+    attempts = 0
+    while len(out) < limit and attempts < limit * 20:
+        attempts += 1
+        path = rng.choice(files)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        lines = text.splitlines(keepends=True)
+        candidates = [i for i, line in enumerate(lines) if len(line.strip()) > 8]
+        if len(candidates) < 5:
+            continue
+        li = rng.choice(candidates)
+        line = lines[li]
+        indent = len(line) - len(line.lstrip())
+        start = sum(len(x) for x in lines[:li])
+        if rng.random() < 0.5:
+            body = line.rstrip("\r\n")
+            col = rng.randint(indent, max(indent, len(body) - 1))
+            cut_start, cut_end = start + col, start + len(body)
+        else:
+            n = rng.randint(1, 3)
+            cut_start = start + indent
+            cut_end = start + sum(len(x) for x in lines[li : li + n]) - 1
+        reference = text[cut_start:cut_end]
+        if not reference.strip():
+            continue
+        out.append(
+            BenchPrompt(
+                id=f"{path.name}:{li}",
+                source="corpus",
+                text=text[:cut_start] + text[cut_end:],
+                offset=cut_start,
+                path=str(path),
+                reference=reference,
+            )
+        )
+    return out

@@ -1,0 +1,357 @@
+"""The benchmark harness behind `dspark-lsp bench`.
+
+All methods run on the same prompts in one process, prompt-major (for each prompt, every method in
+turn) so slow drifts of a shared machine's load hit every method alike. Every method decodes greedily
+for exactly ``--max-new-tokens`` tokens or until EOS, with no syntax stop, so they all produce the same
+amount of text and tokens/s compares like with like.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dspark_lsp.bench.prompts import BenchPrompt, corpus_prompts, find_humaneval_dir, humaneval_prompts
+from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
+from dspark_lsp.engine.decode import SpeculativeDecoder
+from dspark_lsp.engine.draft import DraftSource
+from dspark_lsp.engine.model_draft import HybridDraftSource, ModelDraftSource
+from dspark_lsp.engine.ngram import NgramDraftSource
+from dspark_lsp.errors import UserError
+from dspark_lsp.prompt import build_fim_prompt
+
+
+@dataclass
+class MethodResult:
+    name: str
+    skipped: str | None = None
+    tokens: int = 0
+    seconds: float = 0.0
+    target_forwards: int = 0
+    draft_forwards: int = 0
+    t_draft: float = 0.0
+    t_verify: float = 0.0
+    t_prefill: float = 0.0
+    outputs: list[list[int]] = field(default_factory=list)
+    per_prompt_seconds: list[float] = field(default_factory=list)
+    passed: int = 0
+    pass_total: int = 0
+    counts_forwards: bool = True
+    by_language: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def add_language(self, lang: str, tokens: int, seconds: float, forwards: int) -> None:
+        d = self.by_language.setdefault(lang, {"tokens": 0, "seconds": 0.0, "target_forwards": 0})
+        d["tokens"] += tokens
+        d["seconds"] += seconds
+        d["target_forwards"] += forwards
+
+
+@dataclass
+class Prepared:
+    prompt: BenchPrompt
+    ids: list[int]
+    language: str | None
+    is_key: Any
+    tracker_factory: Any
+
+
+def _eos(fim: Any) -> list[int]:
+    return list(fim.eos_ids)
+
+
+def _hf_generate(model: Any, ids: list[int], max_new: int, eos: list[int], **kw: Any) -> list[int]:
+    x = torch.tensor([ids])
+    out = model.generate(
+        x,
+        attention_mask=torch.ones_like(x),
+        max_new_tokens=max_new,
+        do_sample=False,
+        eos_token_id=eos,
+        pad_token_id=eos[0],
+        **kw,
+    )[0, len(ids) :].tolist()
+    for i, t in enumerate(out):
+        if t in eos:
+            return out[:i]
+    return out
+
+
+def _run_python_check(program: str, timeout: float = 10.0) -> bool:
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as fh:
+        fh.write(program)
+        path = fh.name
+    try:
+        proc = subprocess.run([sys.executable, path], capture_output=True, timeout=timeout)
+        return proc.returncode == 0
+    except subprocess.TimeoutExpired:
+        return False
+    finally:
+        os.unlink(path)
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.lsp:
+        from dspark_lsp.bench.lsp_replay import main_from_args  # type: ignore[attr-defined]
+
+        return int(main_from_args(args))
+    from dspark_lsp.models.fim import detect_fim_tokens
+    from dspark_lsp.models.loader import load_causal_lm
+    from dspark_lsp.models.registry import pair_for
+    from dspark_lsp.service import ServiceConfig, load_draft_source
+    from dspark_lsp.syntax import SyntaxDocument, detect_language
+
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    from dspark_lsp.bench.cli import METHODS
+
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise UserError(f"unknown method(s) {', '.join(unknown)}; known: {', '.join(METHODS)}")
+    if "target_only" not in methods:
+        methods.insert(0, "target_only")
+
+    pair = pair_for(args.model, args.draft)
+    log = _log
+    log(f"loading target {pair.target}")
+    target, tokenizer = load_causal_lm(pair.target, device="cpu", dtype="float32", cache_root=args.cache_dir)
+    fim = detect_fim_tokens(tokenizer)
+    eos = _eos(fim)
+    cfg = ServiceConfig(model=args.model, draft_model=args.draft, device="cpu", dtype="float32", cache_dir=args.cache_dir)
+    draft: DraftSource | None
+    if pair.draft_kind == "model" and pair.draft:
+        log(f"loading draft {pair.draft}")
+        draft = load_draft_source(pair.draft, target, cfg)
+    elif pair.draft_kind == "none":
+        draft = None
+    else:
+        draft = NgramDraftSource()
+    assistant = None
+    assistant_name = args.assistant
+    if assistant_name is None and isinstance(draft, HybridDraftSource):
+        ms = draft.model_source
+        if isinstance(ms, ModelDraftSource):
+            assistant, assistant_name = ms.model, ms.name
+    elif assistant_name:
+        log(f"loading assistant {assistant_name}")
+        assistant, _ = load_causal_lm(assistant_name, device="cpu", dtype="float32", cache_root=args.cache_dir)
+
+    # Prompts.
+    prompts: list[BenchPrompt] = []
+    he_dir = find_humaneval_dir(args.humaneval)
+    if he_dir is not None:
+        prompts += humaneval_prompts(he_dir, [s for s in args.sets.split(",") if s], args.limit, args.seed)
+    if args.corpus:
+        prompts += corpus_prompts(Path(args.corpus), args.limit, args.seed)
+    if not prompts:
+        raise UserError("no prompts: pass --corpus DIR and/or make the HumanEval infilling data reachable")
+
+    prepared: list[Prepared] = []
+    for bp in prompts:
+        lang = bp.language or detect_language(bp.path, None)
+        fp = build_fim_prompt(bp.text, bp.offset, tokenizer, fim, context_window=args.context_window)
+        doc = SyntaxDocument(bp.text, lang)
+        scope = doc.completion_scope(bp.offset)
+
+        def factory(doc: Any = doc, off: int = bp.offset, scope: Any = scope) -> Any:
+            return doc.generation(off, scope)
+
+        prepared.append(Prepared(bp, fp.ids, lang, None, factory))
+
+    def decode_text(ids: list[int]) -> str:
+        return str(tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False))
+
+    def key_fn(tracker: Any) -> Any:
+        return lambda ids: bool(tracker.is_key_next(decode_text(ids)))
+
+    decoder = SpeculativeDecoder(target)  # no prefix cache: every method prefills every prompt
+    results = {m: MethodResult(m) for m in methods}
+    has_parallel_model = draft is not None and getattr(draft, "supports_parallel", False) and not isinstance(
+        draft, NgramDraftSource
+    )
+    for m in methods:
+        r = results[m]
+        if m in ("fixed_k", "dspark", "dspark_relaxed", "draft_ar_only", "draft_parallel_only") and draft is None:
+            r.skipped = "no draft source (pair has draft 'none')"
+        if m in ("draft_ar_only", "draft_parallel_only") and not has_parallel_model:
+            r.skipped = "needs a draft model (AR + parallel steps); the pair drafts by n-gram only"
+        if m.startswith("hf_assisted") and assistant is None:
+            r.skipped = "no Hugging Face assistant model (pass --assistant MODEL, e.g. for the 1.5B target)"
+        if m.startswith("hf_"):
+            r.counts_forwards = False
+
+    log(f"{len(prepared)} prompts x {len(methods)} methods, max_new_tokens={args.max_new_tokens}")
+    for i, pp in enumerate(prepared):
+        for m in methods:
+            r = results[m]
+            if r.skipped:
+                continue
+            tracker = pp.tracker_factory()
+            t0 = time.perf_counter()
+            forwards = 0
+            if m == "hf_greedy":
+                out = _hf_generate(target, pp.ids, args.max_new_tokens, eos)
+            elif m == "hf_prompt_lookup":
+                out = _hf_generate(target, pp.ids, args.max_new_tokens, eos, prompt_lookup_num_tokens=10)
+            elif m.startswith("hf_assisted"):
+                assert assistant is not None
+                schedule = "heuristic" if m.endswith("heuristic") else "constant"
+                assistant.generation_config.num_assistant_tokens_schedule = schedule
+                assistant.generation_config.num_assistant_tokens = 20 if schedule == "heuristic" else 5
+                out = _hf_generate(target, pp.ids, args.max_new_tokens, eos, assistant_model=assistant)
+            else:
+                dcfg = DecodeConfig(max_new_tokens=args.max_new_tokens)
+                src: DraftSource | None = draft
+                if m == "target_only":
+                    src = None
+                elif m == "fixed_k":
+                    dcfg.scheduler = SchedulerConfig(fixed_k=args.fixed_k, tau=1e-6, tau_min=1e-6)
+                    dcfg.draft_mode = "parallel" if isinstance(draft, NgramDraftSource) else "ar"
+                elif m == "dspark_relaxed":
+                    dcfg.relaxed = True
+                elif m == "draft_ar_only":
+                    dcfg.draft_mode = "ar"
+                elif m == "draft_parallel_only":
+                    dcfg.draft_mode = "parallel"
+                if src is not None:
+                    src.reset()
+                res = decoder.generate(pp.ids, config=dcfg, draft=src, eos_ids=eos, is_key=key_fn(tracker))
+                out = res.tokens
+                forwards = res.stats.target_forwards
+                r.draft_forwards += res.stats.draft_forwards
+                r.t_draft += res.stats.t_draft
+                r.t_verify += res.stats.t_verify
+                r.t_prefill += res.stats.t_prefill
+            dt = time.perf_counter() - t0
+            r.tokens += len(out)
+            r.seconds += dt
+            r.target_forwards += forwards
+            r.outputs.append(out)
+            r.per_prompt_seconds.append(dt)
+            r.add_language(pp.language or "plain", len(out), dt, forwards)
+            if pp.prompt.test and pp.prompt.entry_point:
+                text = decode_text(out)
+                cut = pp.tracker_factory().stop_index(text, final=True)
+                completion = text if cut is None else text[:cut]
+                before, after = pp.prompt.text[: pp.prompt.offset], pp.prompt.text[pp.prompt.offset :]
+                program = f"{before}{completion}{after}\n{pp.prompt.test}\ncheck({pp.prompt.entry_point})\n"
+                r.pass_total += 1
+                r.passed += int(_run_python_check(program))
+        done = results["target_only"]
+        log(f"[{i + 1}/{len(prepared)}] {pp.prompt.id}: target_only {done.per_prompt_seconds[-1]:.1f}s")
+
+    report = _report(args, pair, assistant_name, prepared, results)
+    if args.syntax:
+        report["syntax_step_cost"] = _syntax_costs()
+    _print_table(report)
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(report, indent=2))
+        log(f"wrote {args.json_out}")
+    return 0
+
+
+def _syntax_costs() -> dict[str, Any]:
+    from dspark_lsp.syntax.bench import measure_step_cost
+
+    out: dict[str, Any] = {}
+    for lang in ("python", "javascript", "typescript", "go", "rust", "java", "c", "cpp"):
+        try:
+            out[lang] = measure_step_cost(lang, lines=2000)
+        except Exception as exc:  # report, do not abort the whole benchmark
+            out[lang] = {"error": str(exc)}
+    return out
+
+
+def _report(
+    args: argparse.Namespace,
+    pair: Any,
+    assistant_name: str | None,
+    prepared: list[Prepared],
+    results: dict[str, MethodResult],
+) -> dict[str, Any]:
+    base = results["target_only"]
+    base_tps = base.tokens / base.seconds if base.seconds else 0.0
+    methods: dict[str, Any] = {}
+    for name, r in results.items():
+        if r.skipped:
+            methods[name] = {"skipped": r.skipped}
+            continue
+        tps = r.tokens / r.seconds if r.seconds else 0.0
+        identical = all(a == b for a, b in zip(r.outputs, base.outputs, strict=True))
+        n_same = sum(a == b for a, b in zip(r.outputs, base.outputs, strict=True))
+        methods[name] = {
+            "tokens_per_s": round(tps, 3),
+            "speedup": round(tps / base_tps, 3) if base_tps else None,
+            "mean_accepted": round(r.tokens / r.target_forwards, 3) if r.counts_forwards and r.target_forwards else None,
+            "identical": identical,
+            "identical_prompts": n_same,
+            "tokens": r.tokens,
+            "seconds": round(r.seconds, 3),
+            "target_forwards": r.target_forwards if r.counts_forwards else None,
+            "draft_forwards": r.draft_forwards if r.counts_forwards else None,
+            "time_split_s": {
+                "prefill": round(r.t_prefill, 3),
+                "draft": round(r.t_draft, 3),
+                "verify": round(r.t_verify, 3),
+            }
+            if r.counts_forwards
+            else None,
+            "pass_at_1": round(r.passed / r.pass_total, 4) if r.pass_total else None,
+            "by_language": {
+                lang: {
+                    "tokens_per_s": round(d["tokens"] / d["seconds"], 3) if d["seconds"] else 0.0,
+                    "mean_accepted": round(d["tokens"] / d["target_forwards"], 3) if d["target_forwards"] else None,
+                }
+                for lang, d in r.by_language.items()
+            },
+        }
+    return {
+        "model": {"target": pair.target, "draft": pair.draft or pair.draft_kind, "assistant": assistant_name},
+        "settings": {
+            "max_new_tokens": args.max_new_tokens,
+            "context_window": args.context_window,
+            "limit": args.limit,
+            "seed": args.seed,
+            "fixed_k": args.fixed_k,
+            "threads": torch.get_num_threads(),
+        },
+        "prompts": [{"id": p.prompt.id, "source": p.prompt.source, "language": p.language, "prompt_tokens": len(p.ids)} for p in prepared],
+        "methods": methods,
+    }
+
+
+def _print_table(report: dict[str, Any]) -> None:
+    m = report["model"]
+    print(f"target={m['target']} draft={m['draft']} assistant={m['assistant']} prompts={len(report['prompts'])}")
+    header = f"{'method':24} {'tok/s':>8} {'speedup':>8} {'acc/fwd':>8} {'identical':>10} {'pass@1':>7} {'draft s':>8} {'verify s':>9}"
+    print(header)
+    print("-" * len(header))
+    for name, r in report["methods"].items():
+        if "skipped" in r:
+            print(f"{name:24} skipped: {r['skipped']}")
+            continue
+        split = r["time_split_s"] or {}
+        acc = "-" if r["mean_accepted"] is None else f"{r['mean_accepted']:.2f}"
+        p1 = "-" if r["pass_at_1"] is None else f"{r['pass_at_1']:.2f}"
+        print(
+            f"{name:24} {r['tokens_per_s']:8.2f} {r['speedup']:8.2f} {acc:>8} {str(r['identical']):>10} {p1:>7} "
+            f"{split.get('draft', 0):8.2f} {split.get('verify', 0):9.2f}"
+        )
+    if "syntax_step_cost" in report:
+        print("syntax classification cost per decode step (2,000-line file):")
+        for lang, d in report["syntax_step_cost"].items():
+            print(f"  {lang:12} {d}")
+
+
+def _log(msg: str) -> None:
+    print(f"bench: {msg}", file=sys.stderr, flush=True)

@@ -1,0 +1,480 @@
+"""One completion, end to end: document + cursor → FIM prompt → DSpark decode → cleaned text.
+
+The CLI's `complete`, the language server and the benchmarks all go through `CompletionService`, so
+what a user sees in the editor is exactly what the tests and benchmarks measure. This module wires the
+engine (torch), the syntax layer (tree-sitter) and the model registry together; the first two never
+see each other: syntax facts reach the engine as plain callables built here.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
+from dspark_lsp.engine.decode import SpeculativeDecoder
+from dspark_lsp.engine.draft import DraftSource
+from dspark_lsp.engine.model_draft import HybridDraftSource, ModelDraftSource
+from dspark_lsp.engine.ngram import NgramDraftSource
+from dspark_lsp.engine.prefix_cache import PrefixCache
+from dspark_lsp.errors import UserError
+from dspark_lsp.prompt import build_fim_prompt
+
+Progress = Callable[[str, float | None], None]
+
+_MULTILINE = ("auto", "always", "never")
+
+
+@dataclass
+class ServiceConfig:
+    model: str = "default"
+    draft_model: str | None = None
+    device: str = "auto"
+    dtype: str = "auto"
+    threshold: float = 0.9
+    k_min: int = 1
+    k_max: int = 5
+    max_new_tokens: int = 64
+    context_window: int = 256
+    prefix_share: float = 0.75
+    relaxed: bool = False
+    multiline: str = "auto"
+    cache_dir: str | None = None
+    prefix_reuse: bool = True
+    completion_cache: bool = True
+    draft_mode: str = "semi"
+    temperature: float = 0.0
+
+    # camelCase LSP setting -> field name
+    SETTINGS = {
+        "model": "model",
+        "draftModel": "draft_model",
+        "device": "device",
+        "dtype": "dtype",
+        "threshold": "threshold",
+        "kMin": "k_min",
+        "kMax": "k_max",
+        "maxNewTokens": "max_new_tokens",
+        "contextWindow": "context_window",
+        "prefixShare": "prefix_share",
+        "relaxed": "relaxed",
+        "multiline": "multiline",
+        "cacheDir": "cache_dir",
+        "prefixReuse": "prefix_reuse",
+        "completionCache": "completion_cache",
+        "draftMode": "draft_mode",
+        "temperature": "temperature",
+    }
+
+    def problems(self) -> list[str]:
+        """Human-readable reasons why this config is invalid (empty when valid)."""
+        out: list[str] = []
+        if not isinstance(self.model, str) or not self.model:
+            out.append("model must be a non-empty string")
+        if self.draft_model is not None and not isinstance(self.draft_model, str):
+            out.append("draftModel must be a string or null")
+        if self.device not in ("auto", "cpu", "cuda", "mps") and not str(self.device).startswith("cuda:"):
+            out.append(f"device {self.device!r} is not one of auto, cpu, cuda, cuda:N, mps")
+        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
+            out.append(f"dtype {self.dtype!r} is not one of auto, float32, bfloat16, float16")
+        if not _is_num(self.threshold) or not 0.0 < self.threshold <= 1.0:
+            out.append("threshold must be a number in (0, 1]")
+        if not _is_int(self.k_min) or not _is_int(self.k_max) or not 1 <= self.k_min <= self.k_max <= 16:
+            out.append("kMin/kMax must be integers with 1 <= kMin <= kMax <= 16")
+        if not _is_int(self.max_new_tokens) or not 1 <= self.max_new_tokens <= 2048:
+            out.append("maxNewTokens must be an integer in [1, 2048]")
+        if not _is_int(self.context_window) or not 32 <= self.context_window <= 32768:
+            out.append("contextWindow must be an integer in [32, 32768]")
+        if not _is_num(self.prefix_share) or not 0.1 <= self.prefix_share <= 1.0:
+            out.append("prefixShare must be a number in [0.1, 1]")
+        if self.multiline not in _MULTILINE:
+            out.append(f"multiline must be one of {', '.join(_MULTILINE)}")
+        if self.draft_mode not in ("semi", "ar", "parallel"):
+            out.append("draftMode must be semi, ar or parallel")
+        if not _is_num(self.temperature) or not 0.0 <= self.temperature <= 2.0:
+            out.append("temperature must be a number in [0, 2]")
+        for name in ("relaxed", "prefix_reuse", "completion_cache"):
+            if not isinstance(getattr(self, name), bool):
+                out.append(f"{name} must be true or false")
+        return out
+
+    @classmethod
+    def from_settings(
+        cls, settings: dict[str, Any] | None, base: ServiceConfig | None = None
+    ) -> tuple[ServiceConfig, list[str]]:
+        """Apply camelCase settings onto ``base``; invalid values are reported and fall back."""
+        base = base or cls()
+        problems: list[str] = []
+        if settings is None:
+            return replace(base), problems
+        if not isinstance(settings, dict):
+            return replace(base), [f"settings must be an object, got {type(settings).__name__}"]
+        defaults = cls()
+        cfg = replace(base)
+        for key, value in settings.items():
+            name = cls.SETTINGS.get(key)
+            if name is None:
+                if key not in ("enable", "debounceMs"):  # client/server-side settings handled elsewhere
+                    problems.append(f"unknown setting {key!r} ignored")
+                continue
+            trial = replace(cfg, **{name: value})
+            errs = trial.problems()
+            if errs and len(errs) > len(cfg.problems()):
+                problems.append(f"invalid {key}={value!r}: {errs[0]}; using {getattr(defaults, name)!r}")
+                cfg = replace(cfg, **{name: getattr(defaults, name)})
+            else:
+                cfg = trial
+        return cfg, problems
+
+    def needs_reload(self, other: ServiceConfig) -> bool:
+        return any(
+            getattr(self, f) != getattr(other, f) for f in ("model", "draft_model", "device", "dtype", "cache_dir")
+        )
+
+    def decode_config(self, max_new_tokens: int | None = None) -> DecodeConfig:
+        return DecodeConfig(
+            max_new_tokens=max_new_tokens or self.max_new_tokens,
+            temperature=self.temperature,
+            draft_mode=self.draft_mode,  # type: ignore[arg-type]
+            relaxed=self.relaxed,
+            scheduler=SchedulerConfig(
+                k_min=self.k_min, k_max=self.k_max, k_start=min(max(3, self.k_min), self.k_max), tau=self.threshold
+            ),
+        )
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+@dataclass
+class CompletionRequest:
+    text: str
+    offset: int
+    language_id: str | None = None
+    path: str | None = None
+    doc_key: str = ""
+    max_new_tokens: int | None = None
+
+
+@dataclass
+class CompletionResult:
+    text: str
+    prompt: str
+    completion_ids: list[int]
+    scope: str
+    stats: dict[str, Any] = field(default_factory=dict)
+    cancelled: bool = False
+    stop_reason: str = ""
+    from_cache: bool = False
+
+
+@dataclass
+class _Shown:
+    """A completion the editor may be showing: typing through it is answered without the model."""
+
+    before: str  # document text before the cursor when it was computed
+    after: str  # document text after the cursor
+    text: str
+    ids: list[int]
+    prompt: str
+    scope: str
+
+
+class CompletionService:
+    """Loaded models + decode settings. ``complete`` is blocking; call it from a worker thread."""
+
+    RECENT = 50
+    # How much document text outside the prompt window the n-gram lookup may search, each side.
+    OUTSIDE_CHARS = 16_000
+    SHOWN_CACHE = 100
+
+    def __init__(
+        self,
+        config: ServiceConfig,
+        target: Any,
+        tokenizer: Any,
+        draft: DraftSource | None,
+        *,
+        description: str = "",
+    ) -> None:
+        from dspark_lsp.models.fim import detect_fim_tokens
+
+        self.config = config
+        self.target = target
+        self.tokenizer = tokenizer
+        self.draft = draft
+        self.description = description
+        self.fim = detect_fim_tokens(tokenizer)
+        self.prefix_cache = PrefixCache(max_entries=4, max_tokens=4 * max(config.context_window, 512))
+        self.decoder = SpeculativeDecoder(target, prefix_cache=self.prefix_cache if config.prefix_reuse else None)
+        self._recent: deque[dict[str, Any]] = deque(maxlen=self.RECENT)
+        self._shown: OrderedDict[str, list[_Shown]] = OrderedDict()
+        self._sched_state: dict[str, tuple[float, float]] = {}
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------------------------- loading
+    @classmethod
+    def load(cls, config: ServiceConfig, progress: Progress | None = None) -> CompletionService:
+        errs = config.problems()
+        if errs:
+            raise UserError("invalid configuration: " + "; ".join(errs))
+        from dspark_lsp.models.loader import load_causal_lm
+        from dspark_lsp.models.registry import pair_for
+
+        pair = pair_for(config.model, config.draft_model)
+        if progress:
+            progress(f"loading target {pair.target}", 0.0)
+        target, tokenizer = load_causal_lm(pair.target, device=config.device, dtype=config.dtype, cache_root=config.cache_dir)
+        draft: DraftSource | None
+        if pair.draft_kind == "none":
+            draft = None
+        elif pair.draft_kind == "ngram" or pair.draft is None:
+            draft = NgramDraftSource()
+        else:
+            if progress:
+                progress(f"loading draft {pair.draft}", 0.6)
+            draft = load_draft_source(pair.draft, target, config)
+        if progress:
+            progress("ready", 1.0)
+        desc = f"{pair.target} + {pair.draft or pair.draft_kind}"
+        return cls(config, target, tokenizer, draft, description=desc)
+
+    def update_config(self, config: ServiceConfig) -> None:
+        """Decode knobs only (the models stay loaded); the caller reloads when needs_reload says so."""
+        errs = config.problems()
+        if errs:
+            raise UserError("invalid configuration: " + "; ".join(errs))
+        with self._lock:
+            self.config = config
+            self.decoder.prefix_cache = self.prefix_cache if config.prefix_reuse else None
+            if not config.completion_cache:
+                self._shown.clear()
+
+    def close(self) -> None:
+        self.prefix_cache.clear()
+        self._shown.clear()
+
+    def recent_stats(self) -> list[dict[str, Any]]:
+        return list(self._recent)
+
+    # ---------------------------------------------------------------------------------- completion
+    def complete(
+        self,
+        req: CompletionRequest,
+        cancel: threading.Event | None = None,
+        on_text: Callable[[str], None] | None = None,
+    ) -> CompletionResult:
+        t0 = time.perf_counter()
+        if not 0 <= req.offset <= len(req.text):
+            raise UserError(f"cursor offset {req.offset} is outside the document (length {len(req.text)})")
+        from dspark_lsp.syntax import Scope, SyntaxDocument, detect_language
+
+        cfg = self.config
+        before, after = req.text[: req.offset], req.text[req.offset :]
+        cached = self._typed_through(req.doc_key, before, after) if cfg.completion_cache else None
+        if cached is not None:
+            cached.stats["latency_ms"] = round((time.perf_counter() - t0) * 1000, 2)
+            self._record(req, cached)
+            return cached
+
+        language = detect_language(req.path, req.language_id)
+        doc = SyntaxDocument(req.text, language)
+        scope = doc.completion_scope(req.offset)
+        if cfg.multiline == "always" and scope is not Scope.NONE:
+            scope = Scope.MULTI_LINE
+        elif cfg.multiline == "never" and scope is Scope.MULTI_LINE:
+            scope = Scope.SINGLE_LINE
+        if scope is Scope.NONE:
+            result = CompletionResult("", "", [], scope.value, {"latency_ms": 0.0}, stop_reason="scope_none")
+            self._record(req, result)
+            return result
+
+        fp = build_fim_prompt(
+            req.text,
+            req.offset,
+            self.tokenizer,
+            self.fim,
+            context_window=cfg.context_window,
+            prefix_share=cfg.prefix_share,
+        )
+        tracker = doc.generation(req.offset, scope)
+        decode_text = self._decoder_text()
+
+        def is_key(ids: list[int]) -> bool:
+            return bool(tracker.is_key_next(decode_text(ids)))
+
+        def stop(ids: list[int]) -> bool:
+            return tracker.stop_index(decode_text(ids)) is not None
+
+        def on_tokens(ids: list[int]) -> None:
+            if on_text is not None:
+                on_text(decode_text(ids))
+
+        draft = self.draft
+        if isinstance(draft, NgramDraftSource) or isinstance(draft, HybridDraftSource):
+            # Let the n-gram lookup also search the document outside the prompt window.
+            ng = draft if isinstance(draft, NgramDraftSource) else draft.ngram
+            ng.extra_corpus = self._outside_window(req.text, req.offset, fp.prefix, fp.suffix)
+        res = self.decoder.generate(
+            fp.ids,
+            config=cfg.decode_config(req.max_new_tokens),
+            draft=draft,
+            eos_ids=self.fim.eos_ids,
+            is_key=is_key,
+            stop=stop,
+            on_tokens=on_tokens if on_text is not None else None,
+            cancel=cancel,
+            scheduler_state=self._sched_state.get(req.doc_key),
+        )
+        if res.scheduler_state is not None:
+            self._sched_state[req.doc_key] = res.scheduler_state
+        full_text = decode_text(res.tokens)
+        cut = tracker.stop_index(full_text, final=True)
+        text = full_text if cut is None else full_text[:cut]
+        text = _clean(text, after, scope.value)
+        ids = _ids_covering(res.tokens, len(text), decode_text)
+        st = res.stats
+        latency = (time.perf_counter() - t0) * 1000
+        stats: dict[str, Any] = {
+            "latency_ms": round(latency, 2),
+            "tokens": st.new_tokens,
+            "seconds": round(st.t_total, 4),
+            "prompt_tokens": st.prompt_tokens,
+            "prefill_tokens": st.prefill_tokens,
+            "reused_tokens": st.reused_tokens,
+            "target_forwards": st.target_forwards,
+            "draft_forwards": st.draft_forwards,
+            "accepted_per_forward": round(st.tokens_per_forward, 3),
+            "proposed": st.proposed,
+            "accepted": st.accepted,
+            "k_trace": st.k_trace,
+            "tau_trace": st.tau_trace,
+            "t_prefill_ms": round(st.t_prefill * 1000, 2),
+            "t_draft_ms": round(st.t_draft * 1000, 2),
+            "t_verify_ms": round(st.t_verify * 1000, 2),
+            "t_other_ms": round(st.t_other * 1000, 2),
+            "draft": getattr(draft, "name", "none"),
+        }
+        result = CompletionResult(
+            text=text,
+            prompt=fp.text,
+            completion_ids=ids,
+            scope=scope.value,
+            stats=stats,
+            cancelled=st.stop_reason == "cancelled",
+            stop_reason=st.stop_reason if cut is None else "syntax",
+        )
+        if cfg.completion_cache and not result.cancelled and text:
+            self._remember(req.doc_key, _Shown(before, after, text, ids, fp.text, scope.value))
+        self._record(req, result)
+        return result
+
+    # ------------------------------------------------------------------------------------ helpers
+    def _decoder_text(self) -> Callable[[list[int]], str]:
+        tok = self.tokenizer
+
+        def decode(ids: list[int]) -> str:
+            return str(tok.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False))
+
+        return decode
+
+    def _outside_window(self, text: str, offset: int, prefix: str, suffix: str) -> list[int]:
+        """Token ids of the document text the prompt window left out (searched by n-gram lookup)."""
+        head = text[max(0, offset - len(prefix) - self.OUTSIDE_CHARS) : offset - len(prefix)]
+        tail = text[offset + len(suffix) : offset + len(suffix) + self.OUTSIDE_CHARS]
+        out: list[int] = []
+        for part in (head, tail):
+            if part:
+                out += list(self.tokenizer.encode(part, add_special_tokens=False))
+        return out
+
+    def _remember(self, key: str, shown: _Shown) -> None:
+        with self._lock:
+            entries = self._shown.setdefault(key, [])
+            entries.append(shown)
+            del entries[:-4]
+            self._shown.move_to_end(key)
+            while sum(len(v) for v in self._shown.values()) > self.SHOWN_CACHE:
+                self._shown.popitem(last=False)
+
+    def _typed_through(self, key: str, before: str, after: str) -> CompletionResult | None:
+        """If the user typed (part of) a completion we computed, answer with the rest of it."""
+        with self._lock:
+            for shown in reversed(self._shown.get(key, [])):
+                if after != shown.after or not before.startswith(shown.before):
+                    continue
+                typed = before[len(shown.before) :]
+                if not shown.text.startswith(typed) or len(typed) >= len(shown.text):
+                    continue
+                rest = shown.text[len(typed) :]
+                return CompletionResult(
+                    text=rest,
+                    prompt=shown.prompt,
+                    completion_ids=[],
+                    scope=shown.scope,
+                    stats={"typed_through": len(typed)},
+                    stop_reason="cache",
+                    from_cache=True,
+                )
+        return None
+
+    def _record(self, req: CompletionRequest, result: CompletionResult) -> None:
+        entry = {"doc": req.doc_key, "chars": len(result.text), "scope": result.scope,
+                 "from_cache": result.from_cache, "cancelled": result.cancelled,
+                 "stop_reason": result.stop_reason}
+        entry.update({k: v for k, v in result.stats.items() if not isinstance(v, list)})
+        self._recent.append(entry)
+
+
+def _clean(text: str, after: str, scope: str) -> str:
+    """Drop what would duplicate the text right after the cursor, and trailing blank space."""
+    line_rest = after.split("\n", 1)[0].rstrip("\r")
+    if scope == "single_line":
+        text = text.split("\n", 1)[0].rstrip("\r")
+        stripped = line_rest.strip()
+        if stripped and text.rstrip().endswith(stripped):
+            text = text.rstrip()[: len(text.rstrip()) - len(stripped)]
+        return text.rstrip() if not line_rest.strip() else text
+    return text.rstrip()
+
+
+def _ids_covering(ids: list[int], n_chars: int, decode: Callable[[list[int]], str]) -> list[int]:
+    """The shortest prefix of ``ids`` whose text covers the first ``n_chars`` characters."""
+    if n_chars <= 0:
+        return []
+    for n in range(1, len(ids) + 1):
+        if len(decode(ids[:n])) >= n_chars:
+            return ids[:n]
+    return list(ids)
+
+
+def load_draft_source(spec: str, target: Any, config: ServiceConfig) -> DraftSource:
+    """A trained DSpark draft (shipped with the package) or any HF causal LM sharing the tokenizer."""
+    try:
+        from dspark_lsp.draftnet import is_draft_name, load_draft  # type: ignore[attr-defined]
+    except ImportError:
+        is_draft_name = None
+    if is_draft_name is not None and is_draft_name(spec):
+        src: DraftSource = load_draft(spec)
+        return src
+    from dspark_lsp.models.loader import load_causal_lm
+
+    model, _tok = load_causal_lm(spec, device=config.device, dtype=config.dtype, cache_root=config.cache_dir)
+    return HybridDraftSource(ModelDraftSource(model, int(target.config.vocab_size), name=spec))
+
+
+__all__ = [
+    "CompletionRequest",
+    "CompletionResult",
+    "CompletionService",
+    "ServiceConfig",
+]
