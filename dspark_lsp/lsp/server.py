@@ -97,6 +97,14 @@ class DSparkProtocol(LanguageServerProtocol):
                 msg_id if isinstance(msg_id, (int, str)) else None, INVALID_REQUEST, "Invalid Request"
             )
             return
+        if (
+            self._shutdown
+            and getattr(message, "method", None) not in (None, types.EXIT)
+            and hasattr(message, "id")
+        ):
+            # pygls drops requests after shutdown without a reply; a client awaiting one would hang.
+            self._send_raw_error(message.id, INVALID_REQUEST, "the server is shutting down")
+            return
         super().handle_message(message)
 
     def _send_raw_error(self, msg_id: int | str | None, code: int, message: str) -> None:
@@ -115,6 +123,7 @@ class DSparkServer(LanguageServer):
         )
         self._backend_factory = backend_factory
         self.backend: Backend | None = None
+        self._backend_lock = threading.Lock()
         self.docs = DocumentStore()
         self.channel = Channel(self)
         self.executor = SerialExecutor()
@@ -129,12 +138,14 @@ class DSparkServer(LanguageServer):
 
     def ensure_backend(self) -> Backend:
         """Resolve the service backend lazily: importing the real one costs torch's import time."""
-        if self.backend is None:
-            self.backend = self._backend_factory()
-            self.models = ModelManager(self.backend, self.executor, self.channel)
-            self.worker = CompletionWorker(self.models, self.executor)
-            self.worker.on_done = self._report_completion
-        return self.backend
+        with self._backend_lock:  # the import may run on the worker while a config change arrives
+            if self.backend is None:
+                backend = self._backend_factory()
+                self.models = ModelManager(backend, self.executor, self.channel)
+                self.worker = CompletionWorker(self.models, self.executor)
+                self.worker.on_done = self._report_completion
+                self.backend = backend
+            return self.backend
 
     def _report_completion(self, outcome: Outcome) -> None:
         """Refresh dspark/status with the last completion's figures (status bars show them)."""

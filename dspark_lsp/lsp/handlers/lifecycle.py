@@ -35,9 +35,16 @@ def register(server: DSparkServer) -> None:
         log.info("initialize from %s; position encoding %s", client, server.encoding)
 
     @server.feature(types.INITIALIZED)
-    def initialized(params: types.InitializedParams) -> None:
+    async def initialized(params: types.InitializedParams) -> None:
         # Settings problems are reported now (the client is ready for window/showMessage) and the
-        # models start loading in the background; requests meanwhile answer empty.
+        # models start loading in the background; requests meanwhile answer empty. The service module
+        # imports torch (seconds): do that on the worker thread so the loop keeps answering.
+        loop = asyncio.get_running_loop()
+        server.channel.status("loading", "starting")
+        try:
+            await loop.run_in_executor(server.executor, server.ensure_backend)
+        except Exception:
+            pass  # apply_settings reports an unavailable service
         apply_settings(server, reason="initialize")
 
     @server.feature(types.SHUTDOWN)
