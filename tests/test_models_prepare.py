@@ -21,19 +21,18 @@ from dspark_lsp.models import cache, cli, parts, registry
 from dspark_lsp.models.prepare import prepare_model
 from dspark_lsp.models.registry import GGUFModelSpec
 
-BLOB = bytes(range(256)) * 40 + b"tail"  # 10,244 bytes, split unevenly below
-SPLITS = (0, 3000, 7000, len(BLOB))
+BLOB = bytes(range(256)) * 40 + b"tail"  # 10,244 bytes, split unevenly by FakeInstaller
 NAME = "fake-model"
 
 
-def make_spec(sha: str | None = None, version: str = "1.0") -> GGUFModelSpec:
+def make_spec(sha: str | None = None, version: str = "1.0", blob: bytes = BLOB) -> GGUFModelSpec:
     return GGUFModelSpec(
         name=NAME,
         description="a fake model for tests",
         gguf_filename="fake.gguf",
-        sha256=sha or hashlib.sha256(BLOB).hexdigest(),
-        size_bytes=len(BLOB),
-        parts=tuple((f"dspark-fake-part{i}", version) for i in range(1, len(SPLITS))),
+        sha256=sha or hashlib.sha256(blob).hexdigest(),
+        size_bytes=len(blob),
+        parts=tuple((f"dspark-fake-part{i}", version) for i in (1, 2, 3)),
         license="MIT",
         upstream="nobody/fake",
     )
@@ -52,12 +51,15 @@ def write_dist(site: Path, dist: str, version: str, payload: bytes, index: int) 
 
 
 class FakeInstaller:
-    """Installs the fake parts into ``site``; ``skip`` names parts it silently fails to install."""
+    """Installs the fake parts of ``blob`` into ``site``; ``skip`` names parts it silently fails to install."""
 
-    def __init__(self, site: Path, skip: Sequence[str] = ()) -> None:
+    def __init__(self, site: Path, skip: Sequence[str] = (), blob: bytes = BLOB) -> None:
         self.site = site
         self.skip = set(skip)
         self.calls: list[list[str]] = []
+        self.blob = blob
+        third = len(blob) // 3
+        self.splits = (0, third, 2 * third + 7, len(blob))  # uneven parts
 
     def __call__(self, requirements: Sequence[str]) -> None:
         self.calls.append(list(requirements))
@@ -66,7 +68,7 @@ class FakeInstaller:
             if dist in self.skip:
                 continue
             i = int(dist.rsplit("part", 1)[1])
-            write_dist(self.site, dist, version, BLOB[SPLITS[i - 1] : SPLITS[i]], i)
+            write_dist(self.site, dist, version, self.blob[self.splits[i - 1] : self.splits[i]], i)
 
 
 class CopyConverter:
@@ -292,3 +294,92 @@ def test_list_shows_ready_and_sizes(env: tuple[Path, FakeInstaller], capsys: pyt
     (root / "models" / NAME / "model.safetensors").write_bytes(b"x")
     assert cli.main(["list", "--cache-dir", str(root)]) == 0
     assert "incomplete" in capsys.readouterr().out
+
+
+# ---- end to end with a real (tiny) GGUF and the real transformers conversion -------------------------
+
+
+def write_tiny_gguf(model_dir: Path, dest: Path) -> None:
+    """Write the HF model in ``model_dir`` as an F32 qwen2 GGUF with its BPE tokenizer inside."""
+    import json
+
+    import gguf
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    cfg = model.config
+    tok_json = json.loads((model_dir / "tokenizer.json").read_text())
+    added = {a["content"]: a["id"] for a in tok_json["added_tokens"]}
+    tokens = [""] * cfg.vocab_size
+    for text, idx in {**tok_json["model"]["vocab"], **added}.items():
+        tokens[idx] = text
+    merges = [m if isinstance(m, str) else " ".join(m) for m in tok_json["model"]["merges"]]
+    rope = (getattr(cfg, "rope_parameters", None) or {}).get("rope_theta", 1_000_000.0)
+
+    w = gguf.GGUFWriter(str(dest), "qwen2")
+    w.add_name("tiny")
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_rope_freq_base(rope)
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2")
+    w.add_token_list(tokens)
+    w.add_token_types([gguf.TokenType.CONTROL if t in added else gguf.TokenType.NORMAL for t in tokens])
+    w.add_token_merges(merges)
+    w.add_eos_token_id(added["<|endoftext|>"])
+    w.add_bos_token_id(added["<|endoftext|>"])
+    w.add_pad_token_id(added["<|fim_pad|>"])
+    top = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+           "lm_head.weight": "output.weight"}
+    per_layer = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+                 "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+                 "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm",
+                 "post_attention_layernorm": "ffn_norm"}
+    for key, tensor in model.state_dict().items():
+        if key in top:
+            name = top[key]
+        else:  # model.layers.<i>.<module path>.<weight|bias>
+            bits = key.split(".")
+            name = f"blk.{bits[2]}.{per_layer['.'.join(bits[3:-1])]}.{bits[-1]}"
+        w.add_tensor(name, tensor.float().numpy())
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+@pytest.mark.slow  # imports transformers and converts for real: a few seconds, more on a busy machine
+def test_end_to_end_real_conversion_of_a_tiny_gguf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from dspark_lsp.models.fim import detect_fim_tokens
+    from dspark_lsp.models.loader import load_causal_lm
+    from dspark_lsp.testing.tiny import build_tiny_model
+
+    original = build_tiny_model(tmp_path / "hf", seed=3, layers=1, hidden=16)
+    gguf_file = tmp_path / "tiny.gguf"
+    write_tiny_gguf(original, gguf_file)
+    blob = gguf_file.read_bytes()
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setitem(registry.KNOWN_MODELS, NAME, make_spec(blob=blob))
+    root = tmp_path / "cache"
+
+    out = prepare_model(NAME, root, progress=False, installer=FakeInstaller(site, blob=blob), log=lambda m: None)
+
+    config = (out / "config.json").read_text()
+    assert "quantization_config" not in config  # the GGUF quantizer state was stripped before saving
+    assert cache.is_ready(out, NAME)
+    model, tok = load_causal_lm(NAME, cache_root=root)  # by registry name, through the cache
+    reference = AutoModelForCausalLM.from_pretrained(original).eval()
+    ids = tok("def add(a, b):\n    return a + b", return_tensors="pt").input_ids
+    with torch.no_grad():
+        assert torch.allclose(model(ids).logits, reference(ids).logits, atol=1e-5)
+    assert detect_fim_tokens(tok).prefix == "<|fim_prefix|>"  # FIM markers survive the GGUF round trip
