@@ -1,0 +1,202 @@
+"""Held-out acceptance of a draft against the real target.
+
+Step 1 (slow, once): FIM prompts cut from held-out files, the target's greedy continuation of each,
+cached as JSON under runs/. Step 2 (fast, any time): replay the speculative loop against that cached
+continuation: the draft proposes k tokens from ``prompt + continuation[:i]``; the accepted run is the
+longest prefix equal to the target's tokens; the target then contributes one token of its own (the
+correction, or the bonus when all were accepted). Since greedy speculative decoding is lossless, this
+replay gives exactly the accepted lengths the real decode loop would see with a fixed k.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from dspark_lsp.draftnet.io import DEFAULT_DRAFT
+from dspark_lsp.draftnet.source import TrainedDraftSource, load_draft
+from dspark_lsp.errors import UserError
+from dspark_lsp.training.corpus import collect, default_roots, is_held_out, read_text
+from dspark_lsp.training.samples import EOS, SampleMaker, SampleShape, load_tokenizer
+
+MODES = ("ar", "parallel", "alternate")
+
+
+@dataclass
+class Score:
+    mode: str
+    k: int
+    rounds: int
+    accepted_per_round: float  # draft tokens accepted per target forward
+    tokens_per_forward: float  # the above + the target's own token (the issue's "accepted per forward")
+    draft_forwards_per_round: float
+    first_token_acc: float
+
+
+def heldout_prompts(tokenizer_dir: str, n: int, seed: int, held_out_percent: float = 5.0) -> list[list[int]]:
+    tok = load_tokenizer(tokenizer_dir)
+    files = [f for f in collect(default_roots()) if is_held_out(f.key, held_out_percent)]
+    texts = [t for f in files if (t := read_text(f.path))]
+    if not texts:
+        raise UserError("no held-out files found")
+    maker = SampleMaker(tok, SampleShape())
+    rng = random.Random(seed)
+    prompts = []
+    for _ in range(n):
+        s = maker.fim(rng, rng.choice(texts))
+        prompts.append(s.tokens[: s.middle_start])  # the prompt ends with <|fim_middle|>
+    return prompts
+
+
+def target_continuations(model_dir: str, prompts: list[list[int]], max_new: int, threads: int) -> dict[str, object]:
+    from transformers import AutoModelForCausalLM
+
+    torch.set_num_threads(threads)
+    tok = load_tokenizer(model_dir)
+    stops = [i for i in (tok.token_to_id(EOS), tok.token_to_id("<|im_end|>")) if i is not None]
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    items = []
+    t0 = time.time()
+    for i, p in enumerate(prompts):
+        with torch.inference_mode():
+            out = model.generate(torch.tensor([p]), max_new_tokens=max_new, do_sample=False,
+                                 eos_token_id=stops, pad_token_id=stops[0])
+        items.append({"prompt": p, "target": out[0, len(p):].tolist()})
+        print(f"[{i + 1}/{len(prompts)}] {time.time() - t0:.0f}s", file=sys.stderr, flush=True)
+    return {"model_dir": model_dir, "max_new_tokens": max_new, "items": items}
+
+
+def replay(src: TrainedDraftSource, prompt: list[int], target: list[int], mode: str, k: int) -> list[tuple[int, int, bool]]:
+    """(accepted, draft forwards, first token right) per round."""
+    rounds = []
+    i = 0
+    r = 0
+    src.reset()
+    while i < len(target):
+        parallel = mode == "parallel" or (mode == "alternate" and r % 2 == 0)
+        budget = min(k, len(target) - i)
+        p = src.propose(prompt + target[:i], budget, parallel=parallel, tau=0.0)
+        acc = 0
+        while acc < len(p.tokens) and p.tokens[acc] == target[i + acc]:
+            acc += 1
+        rounds.append((acc, p.forwards, bool(p.tokens) and p.tokens[0] == target[i]))
+        i += acc + 1  # the target's own token: correction or bonus
+        r += 1
+    return rounds
+
+
+def score(src: TrainedDraftSource, data: dict[str, object], mode: str, k: int) -> Score:
+    items = data["items"]
+    assert isinstance(items, list)
+    all_rounds = [rd for it in items for rd in replay(src, it["prompt"], it["target"], mode, k)]
+    if not all_rounds:
+        raise UserError("the acceptance set has no target tokens")
+    acc = statistics.fmean(a for a, _, _ in all_rounds)
+    return Score(mode, k, len(all_rounds), acc, acc + 1.0, statistics.fmean(f for _, f, _ in all_rounds),
+                 statistics.fmean(float(c) for _, _, c in all_rounds))
+
+
+def forward_cost_ms(src: TrainedDraftSource, context: int = 256, reps: int = 30) -> dict[str, float]:
+    """Median ms of one draft forward with a KV cache of ``context`` tokens: 1 new token, and 1 + 3 masks."""
+    ids = src.vocab.target_ids[torch.randint(0, src.vocab.target_ids.numel(), (context + 1,))].tolist()
+    out = {}
+    for label, parallel, k in (("1_token", False, 1), ("4_tokens_parallel", True, 4)):
+        times = []
+        for r in range(reps):
+            src.propose(ids[:context], 1, parallel=False, tau=0.0)  # cache holds the context
+            t = time.perf_counter()
+            src.propose(ids[: context + 1 + (r % 2)], k, parallel=parallel, tau=0.0)
+            times.append((time.perf_counter() - t) * 1000)
+        out[label] = statistics.median(times)
+    return out
+
+
+def relative_cost(src: TrainedDraftSource, model_dir: str, context: int = 256, reps: int = 10) -> dict[str, float]:
+    """Draft vs target forward cost, measured interleaved in one process so that both see the same load
+    (the shared CPU's load swings by several times within minutes). Medians in ms, and their ratios."""
+    from transformers import AutoModelForCausalLM, DynamicCache
+
+    target = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    ids = src.vocab.target_ids[torch.randint(0, src.vocab.target_ids.numel(), (context + 4,))].tolist()
+    cache = DynamicCache()
+    with torch.inference_mode():
+        target(torch.tensor([ids[:context]]), past_key_values=cache, use_cache=True)
+    times: dict[str, list[float]] = {"draft_1": [], "draft_par4": [], "target_1": [], "target_4": []}
+    for _ in range(reps):
+        for label, n in (("target_1", 1), ("target_4", 4)):
+            t = time.perf_counter()
+            with torch.inference_mode():
+                target(torch.tensor([ids[context : context + n]]), past_key_values=cache, use_cache=True,
+                       position_ids=torch.arange(context, context + n)[None])
+            times[label].append((time.perf_counter() - t) * 1000)
+            cache.crop(context)
+        src.propose(ids[:context], 1, parallel=False, tau=0.0)
+        for label, parallel, k in (("draft_1", False, 1), ("draft_par4", True, 4)):
+            t = time.perf_counter()
+            src.propose(ids[: context + 1], k, parallel=parallel, tau=0.0)
+            times[label].append((time.perf_counter() - t) * 1000)
+            src.propose(ids[:context], 1, parallel=False, tau=0.0)  # back to the same cached context
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {**{f"{k}_ms": round(v, 2) for k, v in med.items()},
+            "ratio_1": round(med["draft_1"] / med["target_1"], 4),
+            "ratio_par4_vs_target_1": round(med["draft_par4"] / med["target_1"], 4)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m dspark_lsp.training.acceptance")
+    ap.add_argument("--set", default="runs/heldout_target.json", help="cached target continuations (JSON)")
+    ap.add_argument("--make-set", action="store_true", help="run the target to (re)build --set")
+    ap.add_argument("--target", default="/tmp/prep/out", help="target model dir (for --make-set)")
+    ap.add_argument("--prompts", type=int, default=40)
+    ap.add_argument("--max-new-tokens", type=int, default=32)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--draft", default=DEFAULT_DRAFT, help="draft name or directory")
+    ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--limit", type=int, default=0, help="score only the first N prompts")
+    ap.add_argument("--cost", action="store_true", help="also time draft vs target forwards (loads the target)")
+    ap.add_argument("--json", default="", help="write the scores here")
+    a = ap.parse_args(argv)
+    try:
+        path = Path(a.set)
+        if a.make_set:
+            prompts = heldout_prompts(a.target, a.prompts, a.seed)
+            data = target_continuations(a.target, prompts, a.max_new_tokens, a.threads)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(data))
+        if not path.is_file():
+            raise UserError(f"no acceptance set at {path}: build it with --make-set")
+        data = json.loads(path.read_text())
+        if a.limit:
+            data["items"] = data["items"][: a.limit]
+        torch.set_num_threads(a.threads)
+        src = load_draft(a.draft)
+        result: dict[str, object] = {"draft": a.draft, "prompts": len(data["items"]),
+                                     "target_tokens": sum(len(it["target"]) for it in data["items"])}
+        for mode in MODES:
+            s = score(src, data, mode, a.k)
+            result[mode] = s.__dict__
+            print(json.dumps(s.__dict__))
+        result["draft_forward_ms"] = forward_cost_ms(src)
+        print(json.dumps(result["draft_forward_ms"]))
+        if a.cost:
+            result["relative_cost"] = relative_cost(src, a.target)
+            print(json.dumps(result["relative_cost"]))
+        if a.json:
+            Path(a.json).write_text(json.dumps(result, indent=2))
+        return 0
+    except UserError as exc:
+        print(f"dspark-lsp: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
