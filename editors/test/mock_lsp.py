@@ -11,6 +11,7 @@ Environment:
   DSPARK_MOCK_TEXT   first item's text (default below); "\\n" in it makes a multi-line item
   DSPARK_MOCK_TEXT2  second item's text
   DSPARK_MOCK_LOG    path of the JSON-lines log of received messages
+  DSPARK_MOCK_RANGE_BACK  items' ranges start this many characters before the cursor
 """
 
 from __future__ import annotations
@@ -101,21 +102,41 @@ class MockServer:
             self.notify("dspark/status", {"state": "ready", "message": "mock ready"})
         elif method == "textDocument/inlineCompletion":
             pos = params["position"]
-            at = {"start": pos, "end": pos}
+            # DSPARK_MOCK_RANGE_BACK=n: the range starts n characters before the cursor, as servers do
+            # when their text repeats what was typed since the start of the word.
+            back = int(os.environ.get("DSPARK_MOCK_RANGE_BACK", "0"))
+            start = {"line": pos["line"], "character": max(0, pos["character"] - back)}
+            at = {"start": start, "end": pos}
             self.served += 1
-            self.reply(msg_id, {"items": [{"insertText": self.text, "range": at}, {"insertText": self.text2, "range": at}]})
+            self.reply(
+                msg_id,
+                {"items": [{"insertText": self.text, "range": at}, {"insertText": self.text2, "range": at}]},
+            )
             self.notify(
                 "dspark/status",
-                {"state": "ready", "message": "", "lastLatencyMs": 12.5, "speedup": 2.25, "acceptedPerForward": 3.1},
+                {
+                    "state": "ready",
+                    "message": "",
+                    "lastLatencyMs": 12.5,
+                    "speedup": 2.25,
+                    "acceptedPerForward": 3.1,
+                },
             )
         elif method == "textDocument/completion":
-            self.reply(msg_id, {"isIncomplete": False, "items": [{"label": self.text, "insertText": self.text}]})
+            self.reply(
+                msg_id, {"isIncomplete": False, "items": [{"label": self.text, "insertText": self.text}]}
+            )
         elif method == "dspark/stats":
-            self.reply(msg_id, {"requests": [{"latencyMs": 12.5, "acceptedPerForward": 3.1}], "served": self.served})
+            self.reply(
+                msg_id, {"requests": [{"latencyMs": 12.5, "acceptedPerForward": 3.1}], "served": self.served}
+            )
         elif method == "workspace/didChangeConfiguration":
             self.settings = dict((params.get("settings") or {}).get("dspark") or {})
             state = "ready" if self.settings.get("enable", True) else "disabled"
-            self.notify("dspark/status", {"state": state, "message": "settings: " + json.dumps(self.settings, sort_keys=True)})
+            self.notify(
+                "dspark/status",
+                {"state": state, "message": "settings: " + json.dumps(self.settings, sort_keys=True)},
+            )
         elif method == "shutdown":
             self.reply(msg_id, None)
         elif method == "exit":
