@@ -458,14 +458,18 @@ def _ids_covering(ids: list[int], n_chars: int, decode: Callable[[list[int]], st
 
 
 def load_draft_source(spec: str, target: Any, config: ServiceConfig) -> DraftSource:
-    """A trained DSpark draft (shipped with the package) or any HF causal LM sharing the tokenizer."""
-    try:
-        from dspark_lsp.draftnet import is_draft_name, load_draft  # type: ignore[attr-defined]
-    except ImportError:
-        is_draft_name = None
-    if is_draft_name is not None and is_draft_name(spec):
-        src: DraftSource = load_draft(spec)
-        return src
+    """A trained DSpark draft (shipped name or a directory with draft_config.json) or any HF causal LM.
+
+    Both are wrapped with n-gram lookup (HybridDraftSource): a confident match in the document is a free
+    parallel proposal; otherwise a trained draft uses its masked parallel step.
+    """
+    from pathlib import Path
+
+    from dspark_lsp.draftnet.io import CONFIG, shipped_drafts
+    from dspark_lsp.draftnet.source import load_draft
+
+    if spec in shipped_drafts() or (Path(spec).expanduser() / CONFIG).is_file():
+        return HybridDraftSource(load_draft(spec))
     from dspark_lsp.models.loader import load_causal_lm
 
     model, _tok = load_causal_lm(spec, device=config.device, dtype=config.dtype, cache_root=config.cache_dir)

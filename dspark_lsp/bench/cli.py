@@ -40,8 +40,12 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     p.add_argument("--json", dest="json_out", default=None, metavar="OUT", help="write results as JSON")
+    p.add_argument("--forward-cost", action="store_true", help="also time target/draft forwards of n tokens")
     p.add_argument("--syntax", action="store_true", help="also report syntax classification cost per step")
     p.add_argument("--lsp", action="store_true", help="replay typing through the real server over stdio")
+    p.add_argument("--lsp-file", default=None, help="file typed by the --lsp replay (default: a project source)")
+    p.add_argument("--lsp-chars", type=int, default=300, help="characters typed by the --lsp replay")
+    p.add_argument("--lsp-no-compare", action="store_true", help="--lsp: only the run with prefix reuse on")
     p.add_argument("--cache-dir", default=None)
     p.set_defaults(func=_run)
 

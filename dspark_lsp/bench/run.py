@@ -103,9 +103,7 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.lsp:
-        from dspark_lsp.bench.lsp_replay import main_from_args  # type: ignore[attr-defined]
-
-        return int(main_from_args(args))
+        return _run_lsp(args)
     from dspark_lsp.models.fim import detect_fim_tokens
     from dspark_lsp.models.loader import load_causal_lm
     from dspark_lsp.models.registry import pair_for
@@ -251,6 +249,8 @@ def run_bench(args: argparse.Namespace) -> int:
         log(f"[{i + 1}/{len(prepared)}] {pp.prompt.id}: target_only {done.per_prompt_seconds[-1]:.1f}s")
 
     report = _report(args, pair, assistant_name, prepared, results)
+    if args.forward_cost:
+        report["forward_cost_ms"] = _forward_costs(target, draft, context=args.context_window)
     if args.syntax:
         report["syntax_step_cost"] = _syntax_costs()
     _print_table(report)
@@ -258,6 +258,79 @@ def run_bench(args: argparse.Namespace) -> int:
         Path(args.json_out).write_text(json.dumps(report, indent=2))
         log(f"wrote {args.json_out}")
     return 0
+
+
+def _run_lsp(args: argparse.Namespace) -> int:
+    """Typing replay through the real server over stdio, prefix reuse on vs off."""
+    from dataclasses import asdict
+
+    from dspark_lsp.bench.lsp_replay import ReplayConfig, compare_reuse, run_replay
+
+    settings: dict[str, Any] = {"model": args.model}
+    if args.draft:
+        settings["draftModel"] = args.draft
+    if args.cache_dir:
+        settings["cacheDir"] = args.cache_dir
+    settings["maxNewTokens"] = args.max_new_tokens
+    settings["contextWindow"] = args.context_window
+    file = Path(args.lsp_file) if args.lsp_file else Path(__file__).resolve().parents[1] / "prompt.py"
+    if not file.is_file():
+        raise UserError(f"{file}: no such file to replay")
+    cfg = ReplayConfig(file=file, settings=settings, max_chars=args.lsp_chars, seed=args.seed)
+    report: dict[str, Any] = compare_reuse(cfg) if not args.lsp_no_compare else asdict(run_replay(cfg))
+    report["file"] = str(file)
+    print(json.dumps(report, indent=2))
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(report, indent=2))
+    return 0
+
+
+def _median_ms(fn: Any, repeats: int = 5) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1000)
+    times.sort()
+    return round(times[len(times) // 2], 2)
+
+
+def _forward_costs(target: Any, draft: DraftSource | None, context: int) -> dict[str, Any]:
+    """Median ms of one target forward of n tokens on a ``context``-token KV cache (and of the draft)."""
+    from dspark_lsp.engine.kv import crop, forward, new_cache
+
+    g = torch.Generator().manual_seed(0)
+    vocab = int(target.config.vocab_size)
+    ctx = torch.randint(0, min(vocab, 100_000), (context,), generator=g).tolist()
+    cache = new_cache(target)
+    forward(target, ctx, cache)
+    out: dict[str, Any] = {"context": context, "target": {}}
+    for n in (1, 2, 4, 6, 8):
+        feed = ctx[:n]
+
+        def step(feed: list[int] = feed) -> None:
+            forward(target, feed, cache)
+            crop(cache, context)
+
+        out["target"][str(n)] = _median_ms(step)
+    model_src = getattr(draft, "model_source", draft)
+    if model_src is not None and not isinstance(model_src, NgramDraftSource):
+        src = model_src
+        src.reset()
+        src.propose(ctx, 1, parallel=False, tau=0.0)  # prefill the draft's own cache once
+        flip = [0]
+        for mode, parallel, n in (("draft_ar_1", False, 1), ("draft_parallel_4", True, 4)):
+            if parallel and not src.supports_parallel:
+                continue
+
+            def dstep(parallel: bool = parallel, n: int = n) -> None:
+                # Alternate the last token so each call re-syncs by exactly one token: one forward.
+                flip[0] ^= 1
+                src.propose(ctx + [ctx[flip[0]]], n, parallel=parallel, tau=0.0)
+
+            out[mode] = _median_ms(dstep, repeats=9)
+        out["draft_ar_share_of_target_1"] = round(out["draft_ar_1"] / out["target"]["1"], 4)
+    return out
 
 
 def _syntax_costs() -> dict[str, Any]:

@@ -84,8 +84,9 @@ class ModelDraftSource:
 class HybridDraftSource:
     """A draft model for autoregressive steps plus n-gram lookup for parallel steps.
 
-    For a draft model without mask training, the cheapest "parallel" proposal is a lookup in the
-    document; when the lookup finds nothing, one model step keeps the round from being empty.
+    Parallel steps take a confident n-gram match first (free), then the model's own parallel (masked)
+    step when it has one; a model without mask training falls back to a weak n-gram match, then to one
+    autoregressive step so the round is not empty.
     """
 
     supports_parallel = True
@@ -110,13 +111,16 @@ class HybridDraftSource:
         generator: torch.Generator | None = None,
     ) -> Proposal:
         if parallel:
+            # A confident n-gram match is free and, on code, usually right: try it first. n-gram
+            # proposals are deterministic: under sampling they count as a one-hot q, which the
+            # speculative-sampling rule handles exactly (accept with probability p(token)).
+            p = self.ngram.propose(context, max_tokens, parallel=True, tau=tau)
+            if p.tokens and p.confidence[0] >= tau:
+                return p
             if self.model_source.supports_parallel:
                 return self.model_source.propose(
                     context, max_tokens, parallel=True, tau=tau, temperature=temperature, generator=generator
                 )
-            # n-gram proposals are deterministic: under sampling they count as a one-hot q, which the
-            # speculative-sampling rule handles exactly (accept with probability p(token)).
-            p = self.ngram.propose(context, max_tokens, parallel=True, tau=tau)
             if p.tokens:
                 return p
         return self.model_source.propose(
