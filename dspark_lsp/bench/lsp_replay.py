@@ -53,8 +53,10 @@ class ReplayConfig:
     start_fraction: float = 0.5  # share of the file already written when the replay starts
     max_chars: int = 300  # characters typed (the replay's length)
     chars_per_second: float = 8.0  # a steady typist; intervals jitter +-50 %
-    pause_s: tuple[float, float] = (0.6, 1.5)  # a thinking pause's length range
+    line_pause_s: tuple[float, float] = (1.0, 3.0)  # pause at a line end (reading, thinking)
+    word_pause_s: tuple[float, float] = (0.5, 1.5)  # pause after some words
     word_pause_prob: float = 0.15  # chance of a pause after a word; always at a line end
+    patience_s: float = 0.0  # > 0: at a pause, also wait up to this long for the suggestion to show
     time_scale: float = 1.0  # < 1 speeds the whole replay up (tests)
     seed: int = 0
     load_timeout_s: float = 600.0
@@ -188,8 +190,8 @@ def _utf16_len(text: str) -> int:
     return len(text.encode("utf-16-le")) // 2
 
 
-def typing_plan(text: str, cfg: ReplayConfig) -> list[tuple[str, float, bool]]:
-    """(char, delay before it, pause after it) for each typed character; deterministic per seed."""
+def typing_plan(text: str, cfg: ReplayConfig) -> list[tuple[str, float, float]]:
+    """(char, delay before it, pause after it in seconds, 0 = none) per typed character; seeded."""
     rng = random.Random(cfg.seed)
     start = int(len(text) * cfg.start_fraction)
     typed = text[start : start + cfg.max_chars]
@@ -200,7 +202,11 @@ def typing_plan(text: str, cfg: ReplayConfig) -> list[tuple[str, float, bool]]:
         nxt = typed[i + 1] if i + 1 < len(typed) else ""
         line_end = nxt == "\n"
         word_end = ch.isalnum() and not nxt.isalnum() and nxt != "_"
-        pause = line_end or (word_end and rng.random() < cfg.word_pause_prob)
+        pause = 0.0
+        if line_end:
+            pause = rng.uniform(*cfg.line_pause_s)
+        elif word_end and rng.random() < cfg.word_pause_prob:
+            pause = rng.uniform(*cfg.word_pause_s)
         plan.append((ch, delay, pause))
     return plan
 
@@ -269,7 +275,8 @@ def run_replay(cfg: ReplayConfig, *, label: str = "replay") -> ReplayReport:
                 line, col = line + 1, 0
             else:
                 col += _utf16_len(ch)
-            if pause:
+            if pause > 0:
+                paused_at = time.monotonic()
                 pending.append(
                     client.request(
                         "textDocument/inlineCompletion",
@@ -280,7 +287,14 @@ def run_replay(cfg: ReplayConfig, *, label: str = "replay") -> ReplayReport:
                         },
                     )
                 )
-                time.sleep(random.Random(cfg.seed + version).uniform(*cfg.pause_s) * cfg.time_scale)
+                if cfg.patience_s > 0:
+                    try:
+                        pending[-1].result(timeout=cfg.patience_s * cfg.time_scale)
+                    except Exception:
+                        pass  # not answered in time (or cancelled): the typist goes on
+                left = pause * cfg.time_scale - (time.monotonic() - paused_at)
+                if left > 0:
+                    time.sleep(left)
         for future in pending:
             try:
                 future.result(timeout=120)
@@ -355,6 +369,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draft-model", default=None)
     parser.add_argument("--chars", type=int, default=300, help="characters to type (default 300)")
     parser.add_argument("--cps", type=float, default=8.0, help="typing speed, characters per second")
+    parser.add_argument(
+        "--patience", type=float, default=0.0, help="at a pause, wait up to S s for the answer"
+    )
     parser.add_argument("--no-compare", action="store_true", help="one run with reuse on, no reuse-off run")
     parser.add_argument(
         "--server", default=None, help="server command (default: this Python, -m dspark_lsp.lsp --stdio)"
@@ -370,6 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         file=args.file,
         settings=settings,
         max_chars=args.chars,
+        patience_s=args.patience,
         chars_per_second=args.cps,
         log_file=args.log_file,
     )

@@ -23,9 +23,9 @@ def register(server: DSparkServer) -> None:
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(params: types.DidChangeTextDocumentParams) -> None:
         uri = params.text_document.uri
-        # Any edit makes a running completion for this document stale.
-        if server.worker is not None:
-            server.worker.cancel_document(uri)
+        # An edit does NOT cancel a running completion: the next request does (cancel-previous). A
+        # decode that finishes while the user types still fills the service's typed-through cache and
+        # prefix cache, so the request at the next pause is cheaper.
         changes: list[tuple[tuple[int, int, int, int] | None, str]] = []
         for change in params.content_changes:
             if isinstance(change, types.TextDocumentContentChangePartial):
