@@ -56,12 +56,29 @@ def heldout_prompts(tokenizer_dir: str, n: int, seed: int, held_out_percent: flo
     return prompts
 
 
+# The tokens that end a completion in the server (dspark_lsp.models.fim), so the set holds exactly what
+# the decode loop would generate.
+STOP_TOKENS = (EOS, "<|im_end|>", "<|fim_pad|>", "<|file_sep|>", "<|repo_name|>")
+
+
+def stop_ids(model_dir: str) -> list[int]:
+    tok = load_tokenizer(model_dir)
+    return [i for i in (tok.token_to_id(t) for t in STOP_TOKENS) if i is not None]
+
+
+def cut_at_stop(tokens: list[int], stops: list[int]) -> list[int]:
+    """Keep tokens up to and including the first stop token (the decode loop emits it, then stops)."""
+    for i, t in enumerate(tokens):
+        if t in stops:
+            return tokens[: i + 1]
+    return tokens
+
+
 def target_continuations(model_dir: str, prompts: list[list[int]], max_new: int, threads: int) -> dict[str, object]:
     from transformers import AutoModelForCausalLM
 
     torch.set_num_threads(threads)
-    tok = load_tokenizer(model_dir)
-    stops = [i for i in (tok.token_to_id(EOS), tok.token_to_id("<|im_end|>")) if i is not None]
+    stops = stop_ids(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     items = []
     t0 = time.time()
@@ -69,7 +86,7 @@ def target_continuations(model_dir: str, prompts: list[list[int]], max_new: int,
         with torch.inference_mode():
             out = model.generate(torch.tensor([p]), max_new_tokens=max_new, do_sample=False,
                                  eos_token_id=stops, pad_token_id=stops[0])
-        items.append({"prompt": p, "target": out[0, len(p):].tolist()})
+        items.append({"prompt": p, "target": cut_at_stop(out[0, len(p):].tolist(), stops)})
         print(f"[{i + 1}/{len(prompts)}] {time.time() - t0:.0f}s", file=sys.stderr, flush=True)
     return {"model_dir": model_dir, "max_new_tokens": max_new, "items": items}
 

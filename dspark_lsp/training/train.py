@@ -113,7 +113,7 @@ class Trainer:
         self.step = int(state["step"])
         self.rng.setstate(state["rng"])
         torch.set_rng_state(state["torch_rng"])
-        self.log({"event": "resumed", "step": self.step})
+        self.log({"event": "resumed", "step": self.step, "max_steps": self.cfg.max_steps, "lr": self.cfg.lr})
 
     def save(self) -> None:
         state = {"model": self.model.state_dict(), "opt": self.opt.state_dict(), "step": self.step,
