@@ -236,6 +236,7 @@ def run_replay(cfg: ReplayConfig, *, label: str = "replay") -> ReplayReport:
                 "processId": os.getpid(),
                 "rootUri": None,
                 "capabilities": {"window": {"workDoneProgress": True}},
+                # The replay asks only at pauses (an editor after its own debounce), so no server debounce.
                 "initializationOptions": {"dspark": {"debounceMs": 0, **cfg.settings}},
             },
         )

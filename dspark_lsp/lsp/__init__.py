@@ -1,1 +1,13 @@
-"""DSpark LSP."""
+"""The language server — the only package that imports pygls / lsprotocol.
+
+server.py      the pygls server object, transport (stdio/tcp), malformed-message handling, run_server
+handlers/      one module per concern: lifecycle, documents, configuration, completion, stats
+documents.py   our document store (incremental sync with LSP line-break rules)
+positions.py   UTF-16 / UTF-8 / UTF-32 positions <-> code-point offsets
+worker.py      debounce, cancel-previous per document, $/cancelRequest -> the decode's cancel flag
+loader.py      background model load / reload / disable, dspark/status
+executor.py    the one daemon worker thread every service call runs on
+channel.py     thread-safe messages to the client (notifications, logs, progress)
+backend.py     the injectable bundle the server needs from dspark_lsp.service
+settings.py    LSP-only settings (enable, debounceMs) and settings merging
+"""
