@@ -36,7 +36,7 @@ export function expandHome(p: string): string {
   return p;
 }
 
-/** serverPath > pythonPath > `dspark-lsp` on PATH > the default python with `-m dspark_lsp`. */
+/** serverPath > pythonPath > `dspark-lsp` on PATH > the default python with `-m dspark_lsp.cli` (works without the package's __main__). */
 export function resolveLaunch(cfg: LaunchConfig, env: LaunchEnv): Launch {
   const extra = cfg.serverArgs.filter((a) => a !== "--stdio");
   const serverPath = cfg.serverPath.trim();
@@ -45,14 +45,14 @@ export function resolveLaunch(cfg: LaunchConfig, env: LaunchEnv): Launch {
     return { command: expandHome(serverPath), args: [...extra, "--stdio"], source: "serverPath", python: false };
   }
   if (pythonPath) {
-    return { command: expandHome(pythonPath), args: ["-m", "dspark_lsp", ...extra, "--stdio"], source: "pythonPath", python: true };
+    return { command: expandHome(pythonPath), args: ["-m", "dspark_lsp.cli", ...extra, "--stdio"], source: "pythonPath", python: true };
   }
   const onPath = env.which("dspark-lsp");
   if (onPath) {
     return { command: onPath, args: [...extra, "--stdio"], source: "PATH", python: false };
   }
   const python = env.platform === "win32" ? "python" : "python3";
-  return { command: python, args: ["-m", "dspark_lsp", ...extra, "--stdio"], source: "default python", python: true };
+  return { command: python, args: ["-m", "dspark_lsp.cli", ...extra, "--stdio"], source: "default python", python: true };
 }
 
 /** A `which` on the real PATH (PATHEXT-aware on Windows). */

@@ -15,7 +15,7 @@ test("serverPath wins and gets --stdio once, after the extra args", () => {
 
 test("pythonPath runs the module", () => {
   const l = resolveLaunch({ serverPath: " ", pythonPath: "/venv/bin/python", serverArgs: [] }, onPath);
-  assert.deepEqual([l.command, l.args, l.python], ["/venv/bin/python", ["-m", "dspark_lsp", "--stdio"], true]);
+  assert.deepEqual([l.command, l.args, l.python], ["/venv/bin/python", ["-m", "dspark_lsp.cli", "--stdio"], true]);
 });
 
 test("then dspark-lsp on PATH, then the default python", () => {

@@ -19,8 +19,8 @@ M.SERVER_SETTINGS = {
 }
 
 M.defaults = {
-  -- Server command; nil: `python -m dspark_lsp --stdio` when `python` is set, else `dspark-lsp --stdio`
-  -- from PATH, else `python3 -m dspark_lsp --stdio`.
+  -- Server command; nil: `python -m dspark_lsp.cli --stdio` when `python` is set, else `dspark-lsp --stdio`
+  -- from PATH, else `python3 -m dspark_lsp.cli --stdio`.
   cmd = nil,
   python = nil,
   filetypes = { "python", "javascript", "javascriptreact", "typescript", "typescriptreact", "go", "rust", "java", "c", "cpp" },
@@ -99,11 +99,11 @@ function M.server_cmd(cfg)
   if cfg.cmd then
     cmd = cfg.cmd
   elseif cfg.python then
-    cmd = { cfg.python, "-m", "dspark_lsp", "--stdio" }
+    cmd = { cfg.python, "-m", "dspark_lsp.cli", "--stdio" }
   elseif vim.fn.executable("dspark-lsp") == 1 then
     cmd = { "dspark-lsp", "--stdio" }
   else
-    cmd = { "python3", "-m", "dspark_lsp", "--stdio" }
+    cmd = { "python3", "-m", "dspark_lsp.cli", "--stdio" }
   end
   if vim.fn.executable(cmd[1]) ~= 1 then
     return nil, "DSpark server not found: '" .. cmd[1] .. "' is not executable. " .. M.INSTALL_HINT

@@ -1,0 +1,122 @@
+// Loads the compiled extension as VS Code would (entry point from package.json) against the stub
+// `vscode` module, activates it with the mock server, and drives it through vscode-languageclient.
+import { strict as assert } from "node:assert";
+import * as fs from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
+import { after, before, test } from "node:test";
+import { installVscodeStub, Position, recorded, textDocument, Uri } from "./vscodeStub";
+
+installVscodeStub();
+
+const root = path.resolve(__dirname, "..", "..");
+const mock = path.resolve(root, "..", "test", "mock_lsp.py");
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "dspark-vscode-"));
+const log = path.join(tmp, "mock.jsonl");
+const server = path.join(tmp, "dspark-lsp");
+
+interface Ext {
+  activate(ctx: { subscriptions: { dispose(): unknown }[] }): Promise<unknown>;
+  deactivate(): Promise<void>;
+}
+// The entry point named by package.json, loaded after the stub is in place.
+const pkg = JSON.parse(fs.readFileSync(path.join(root, "package.json"), "utf8")) as { main: string };
+// eslint-disable-next-line @typescript-eslint/no-require-imports
+const ext = require(path.join(root, pkg.main)) as Ext;
+
+async function until(cond: () => boolean, what: string, ms = 10000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > end) {
+      throw new Error(`timed out waiting for ${what}`);
+    }
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+function received(): { method?: string; params?: Record<string, unknown> }[] {
+  return fs.existsSync(log) ? fs.readFileSync(log, "utf8").trim().split("\n").map((l) => JSON.parse(l) as { method?: string }) : [];
+}
+
+const ctx = { subscriptions: [] as { dispose(): unknown }[] };
+const status = (): string => (recorded.statusItems[0] as { text: string }).text;
+
+before(async () => {
+  fs.writeFileSync(server, `#!/bin/sh\nDSPARK_MOCK_LOG='${log}' exec python3 '${mock}' "$@"\n`, { mode: 0o755 });
+  recorded.config.set("dspark.serverPath", server);
+  recorded.config.set("dspark.maxNewTokens", 8);
+  await ext.activate(ctx);
+});
+
+after(async () => {
+  await ext.deactivate();
+  ctx.subscriptions.forEach((d) => void d.dispose());
+});
+
+test("activation registers the three commands and the status bar item", () => {
+  for (const id of ["dspark.restartServer", "dspark.toggle", "dspark.showStats"]) {
+    assert.ok(recorded.commands.has(id), id);
+  }
+  assert.equal(recorded.statusItems.length, 1);
+});
+
+test("the server gets the mapped settings and the status bar follows dspark/status", async () => {
+  await until(() => status().startsWith("$(zap)"), "ready status");
+  const init = received().find((m) => m.method === "initialize");
+  const opts = init?.params?.initializationOptions as Record<string, unknown>;
+  assert.equal(opts.maxNewTokens, 8);
+  assert.equal(opts.model, "default");
+  assert.ok(!("serverPath" in opts));
+});
+
+test("inline completion goes through vscode-languageclient to the server and back", async () => {
+  assert.equal(recorded.inlineProviders.length, 1);
+  const { provider } = recorded.inlineProviders[0] as { provider: { provideInlineCompletionItems: (...a: unknown[]) => Promise<unknown> } };
+  const document = textDocument("/tmp/x.py", "python", "def f():\n    ") as unknown;
+  recorded.documentOpened.fire(document);
+  await until(() => received().some((m) => m.method === "textDocument/didOpen"), "didOpen");
+  const token = { isCancellationRequested: false, onCancellationRequested: () => ({ dispose: () => undefined }) };
+  const result = (await provider.provideInlineCompletionItems(document, new Position(1, 4), { triggerKind: 1 }, token)) as
+    { items: { insertText: string }[] } | { insertText: string }[];
+  const items = Array.isArray(result) ? result : result.items;
+  assert.deepEqual(items.map((i) => i.insertText), ["return 42  # from dspark", "return None  # second choice"]);
+  await until(() => status() === "$(zap) DSpark 13 ms · 2.3×", "latency in the status bar");
+  const ask = received().find((m) => m.method === "textDocument/inlineCompletion");
+  assert.deepEqual(ask?.params?.position, { line: 1, character: 4 });
+});
+
+test("Show Stats opens a Markdown document with the server's figures", async () => {
+  await recorded.commands.get("dspark.showStats")?.();
+  const doc = recorded.openedDocuments.at(-1);
+  assert.equal(doc?.language, "markdown");
+  assert.match(doc?.content ?? "", /## requests/);
+  assert.match(doc?.content ?? "", /"served": 1/);
+});
+
+test("Toggle writes dspark.enable, forwards it, and stops asking", async () => {
+  await recorded.commands.get("dspark.toggle")?.();
+  assert.equal(recorded.config.get("dspark.enable"), false);
+  await until(() => received().some((m) => m.method === "workspace/didChangeConfiguration"), "didChangeConfiguration");
+  const change = received().filter((m) => m.method === "workspace/didChangeConfiguration").at(-1);
+  assert.equal(((change?.params?.settings as Record<string, Record<string, unknown>>).dspark).enable, false);
+  assert.equal(status(), "$(circle-slash) DSpark");
+  const { provider } = recorded.inlineProviders[0] as { provider: { provideInlineCompletionItems: (...a: unknown[]) => unknown } };
+  const document = { uri: Uri.file("/tmp/x.py"), languageId: "python", version: 1 };
+  const asked = received().filter((m) => m.method === "textDocument/inlineCompletion").length;
+  assert.equal(await provider.provideInlineCompletionItems(document, new Position(0, 0), { triggerKind: 1 }, {}), undefined);
+  assert.equal(received().filter((m) => m.method === "textDocument/inlineCompletion").length, asked);
+});
+
+test("a missing server gives one error with the install hint, not a crash", async () => {
+  recorded.config.set("dspark.serverPath", "/nonexistent/dspark-lsp");
+  recorded.config.set("dspark.enable", true); // else the status bar says "off", whatever the server does
+  recorded.messages.length = 0;
+  await recorded.commands.get("dspark.restartServer")?.();
+  const errors = recorded.messages.filter((m) => m.level === "error");
+  assert.equal(errors.length, 1);
+  assert.match(errors[0].text, /not found or not executable: \/nonexistent\/dspark-lsp/);
+  assert.match(errors[0].text, /pip install dspark-lsp/);
+  assert.equal(status(), "$(error) DSpark");
+  // the previous server was shut down cleanly by the restart
+  assert.ok(received().some((m) => m.method === "shutdown"));
+});
