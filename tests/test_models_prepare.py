@@ -402,7 +402,8 @@ def write_tiny_gguf(model_dir: Path, dest: Path) -> None:
 
 
 @pytest.mark.slow  # imports transformers and converts for real: a few seconds, more on a busy machine
-def test_end_to_end_real_conversion_of_a_tiny_gguf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_end_to_end_real_conversion_of_a_tiny_gguf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capfd: pytest.CaptureFixture[str]) -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -420,7 +421,9 @@ def test_end_to_end_real_conversion_of_a_tiny_gguf(tmp_path: Path, monkeypatch: 
     monkeypatch.setitem(registry.KNOWN_MODELS, NAME, make_spec(blob=blob))
     root = tmp_path / "cache"
 
+    capfd.readouterr()
     out = prepare_model(NAME, root, progress=False, installer=FakeInstaller(site, blob=blob), log=lambda m: None)
+    assert capfd.readouterr().err == ""  # progress=False silences transformers' own bars too
 
     config = (out / "config.json").read_text()
     assert "quantization_config" not in config  # the GGUF quantizer state was stripped before saving

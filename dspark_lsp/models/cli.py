@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -106,6 +107,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("dspark-lsp: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # `models list | head`: the reader went away; not an error worth a traceback.
+        # As the Python docs advise: point stdout at devnull so the exit-time flush does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 # (joined GGUF file, empty output dir, show progress) -> None. Injected in tests to skip transformers.
 Converter = Callable[[Path, Path, bool], None]
@@ -20,9 +22,22 @@ def _hf_progress(enabled: bool) -> Iterator[None]:
         hf_logging.enable_progress_bar()
     else:
         hf_logging.disable_progress_bar()
+    # The GGUF dequantize bar uses tqdm directly, ignoring the switch above: silence it at its source.
+    gguf_utils: Any = None
+    original_tqdm: Any = None
+    if not enabled:
+        try:
+            import transformers.modeling_gguf_pytorch_utils as gguf_utils
+        except ImportError:
+            gguf_utils = None
+        original_tqdm = getattr(gguf_utils, "tqdm", None)
+        if original_tqdm is not None:
+            gguf_utils.tqdm = functools.partial(original_tqdm, disable=True)
     try:
         yield
     finally:
+        if original_tqdm is not None:
+            gguf_utils.tqdm = original_tqdm
         if was:
             hf_logging.enable_progress_bar()
         else:
