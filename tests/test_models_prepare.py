@@ -322,7 +322,8 @@ def test_unknown_name(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> Non
     with pytest.raises(ModelError, match="unknown model 'nope'; known models: .*qwen2.5-coder-0.5b"):
         prepare_model("nope", tmp_path)
     assert cli.main(["prepare", "nope", "--cache-dir", str(tmp_path)]) == 2
-    assert "unknown model 'nope'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith("dspark-lsp: error: unknown model 'nope'; known models: ") and "known pairs: default" in err
     assert not tmp_path.joinpath("models").exists()
 
 

@@ -20,8 +20,10 @@ def _models_to_prepare(name: str) -> list[str]:
         return [name]
     pair = PAIRS.get(name)
     if pair is None:
-        get_model_spec(name)  # raises the "unknown model ... known models: ..." error
-        raise AssertionError("unreachable")
+        raise UserError(
+            f"unknown model {name!r}; known models: {', '.join(sorted(KNOWN_MODELS))}; "
+            f"known pairs: {', '.join(sorted(PAIRS))}"
+        )
     names = [pair.target]
     if pair.draft_kind == "model" and pair.draft is not None:
         names.append(pair.draft)
