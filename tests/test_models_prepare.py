@@ -435,3 +435,9 @@ def test_end_to_end_real_conversion_of_a_tiny_gguf(tmp_path: Path, monkeypatch: 
     with torch.no_grad():
         assert torch.allclose(model(ids).logits, reference(ids).logits, atol=1e-5)
     assert detect_fim_tokens(tok).prefix == "<|fim_prefix|>"  # FIM markers survive the GGUF round trip
+
+
+def test_prepare_accepts_pair_names() -> None:
+    assert cli._models_to_prepare("default") == [registry.get_pair("default").target]
+    assert cli._models_to_prepare("qwen2.5-coder-1.5b+0.5b") == ["qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"]
+    assert cli._models_to_prepare("qwen2.5-coder-0.5b") == ["qwen2.5-coder-0.5b"]
