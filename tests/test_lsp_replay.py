@@ -21,19 +21,19 @@ SOURCE = (
 )
 
 
-def config(tmp_path: Path, **kw: object) -> ReplayConfig:
+def config(tmp_path: Path, **overrides: object) -> ReplayConfig:
     path = tmp_path / "sample.py"
     path.write_text(SOURCE, encoding="utf-8")
-    return ReplayConfig(
-        file=path,
-        server_command=[sys.executable, str(FIXTURES / "fake_server.py"), "warning"],
-        start_fraction=0.2,
-        max_chars=120,
-        word_pause_prob=0.5,
-        time_scale=0.02,
-        load_timeout_s=20,
-        **kw,  # type: ignore[arg-type]
-    )
+    fields: dict[str, object] = {
+        "server_command": [sys.executable, str(FIXTURES / "fake_server.py"), "warning"],
+        "start_fraction": 0.2,
+        "max_chars": 120,
+        "word_pause_prob": 0.5,
+        "time_scale": 0.02,
+        "load_timeout_s": 20,
+    }
+    fields.update(overrides)
+    return ReplayConfig(file=path, **fields)  # type: ignore[arg-type]
 
 
 @pytest.mark.timeout(60)
@@ -47,6 +47,14 @@ def test_replay_types_the_file_and_reports(tmp_path: Path) -> None:
     assert report.p50_ms <= report.p95_ms
     assert 0.0 <= report.cancelled_share <= 1.0
     assert report.peak_rss_mb is not None and report.peak_rss_mb > 10
+    assert report.open_documents == 1
+
+
+@pytest.mark.timeout(60)
+def test_replay_churns_extra_documents_and_releases_them(tmp_path: Path) -> None:
+    report = run_replay(config(tmp_path, extra_documents=5, max_chars=20))
+    assert report.open_documents == 1  # the five extra files were closed on the server
+    assert report.requests >= 5 + 1  # one completion per extra file, plus the replay's own
 
 
 @pytest.mark.timeout(60)

@@ -57,6 +57,7 @@ class ReplayConfig:
     word_pause_s: tuple[float, float] = (0.5, 1.5)  # pause after some words
     word_pause_prob: float = 0.15  # chance of a pause after a word; always at a line end
     patience_s: float = 0.0  # > 0: at a pause, also wait up to this long for the suggestion to show
+    extra_documents: int = 0  # other documents opened, completed in once and closed first (memory)
     time_scale: float = 1.0  # < 1 speeds the whole replay up (tests)
     seed: int = 0
     load_timeout_s: float = 600.0
@@ -79,6 +80,7 @@ class ReplayReport:
     typed_chars: int
     wall_s: float
     service: dict[str, Any] = field(default_factory=dict)  # mean of the service's own per-request figures
+    open_documents: int = 0  # documents the server still holds at the end (1 = no leak)
 
 
 class StdioClient:
@@ -245,6 +247,8 @@ def run_replay(cfg: ReplayConfig, *, label: str = "replay") -> ReplayReport:
         status = client.wait_status({"ready", "error", "disabled"}, cfg.load_timeout_s)
         if status["state"] != "ready":
             raise UserError(f"the server is not ready: {status.get('state')}: {status.get('message', '')}")
+        if cfg.extra_documents > 0:
+            _churn_documents(client, cfg, source, language)
         version = 1
         client.notify(
             "textDocument/didOpen",
@@ -307,6 +311,32 @@ def run_replay(cfg: ReplayConfig, *, label: str = "replay") -> ReplayReport:
     return _report(label, stats, len(plan), time.monotonic() - started)
 
 
+def _churn_documents(client: StdioClient, cfg: ReplayConfig, source: str, language: str) -> None:
+    """A long session's worth of other files: open each, ask once at its end, close it. Peak RSS then
+    shows whether per-document state is released (the replay's document stays the only open one)."""
+    stem = cfg.file.resolve()
+    for i in range(cfg.extra_documents):
+        uri = stem.with_name(f"{stem.stem}.extra{i}{stem.suffix}").as_uri()
+        client.notify(
+            "textDocument/didOpen",
+            {"textDocument": {"uri": uri, "languageId": language, "version": 1, "text": source}},
+        )
+        last_line = source.count("\n")
+        col = _utf16_len(source[source.rfind("\n") + 1 :])
+        try:
+            client.request(
+                "textDocument/inlineCompletion",
+                {
+                    "textDocument": {"uri": uri},
+                    "position": {"line": last_line, "character": col},
+                    "context": {"triggerKind": 1},
+                },
+            ).result(timeout=cfg.load_timeout_s)
+        except Exception:
+            pass
+        client.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
+
+
 def _percentile(values: list[float], q: float) -> float | None:
     if not values:
         return None
@@ -344,6 +374,7 @@ def _report(label: str, stats: dict[str, Any], typed: int, wall: float) -> Repla
         typed_chars=typed,
         wall_s=round(wall, 1),
         service=service,
+        open_documents=int(stats.get("documents", 0)),
     )
 
 
@@ -373,6 +404,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--patience", type=float, default=0.0, help="at a pause, wait up to S s for the answer"
     )
+    parser.add_argument(
+        "--extra-documents", type=int, default=0, help="open/complete/close N other files first"
+    )
     parser.add_argument("--no-compare", action="store_true", help="one run with reuse on, no reuse-off run")
     parser.add_argument(
         "--server", default=None, help="server command (default: this Python, -m dspark_lsp.lsp --stdio)"
@@ -389,6 +423,7 @@ def main(argv: list[str] | None = None) -> int:
         settings=settings,
         max_chars=args.chars,
         patience_s=args.patience,
+        extra_documents=args.extra_documents,
         chars_per_second=args.cps,
         log_file=args.log_file,
     )
