@@ -218,7 +218,8 @@ class CompletionService:
         self.decoder = SpeculativeDecoder(target, prefix_cache=self.prefix_cache if config.prefix_reuse else None)
         self._recent: deque[dict[str, Any]] = deque(maxlen=self.RECENT)
         self._shown: OrderedDict[str, list[_Shown]] = OrderedDict()
-        self._sched_state: dict[str, tuple[float, float]] = {}
+        # Per-document scheduler state (what the confidence scheduler learnt), bounded LRU.
+        self._sched_state: OrderedDict[str, tuple[float, float]] = OrderedDict()
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------------------------- loading
@@ -337,6 +338,9 @@ class CompletionService:
         )
         if res.scheduler_state is not None:
             self._sched_state[req.doc_key] = res.scheduler_state
+            self._sched_state.move_to_end(req.doc_key)
+            while len(self._sched_state) > self.SHOWN_CACHE:
+                self._sched_state.popitem(last=False)
         full_text = decode_text(res.tokens)
         cut = tracker.stop_index(full_text, final=True)
         text = full_text if cut is None else full_text[:cut]
@@ -383,7 +387,10 @@ class CompletionService:
         tok = self.tokenizer
 
         def decode(ids: list[int]) -> str:
-            return str(tok.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False))
+            text = str(tok.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False))
+            # A multi-byte character split across tokens decodes to U+FFFD until its last byte arrives;
+            # never show (or judge syntax on) half a character.
+            return text.rstrip("\ufffd")
 
         return decode
 

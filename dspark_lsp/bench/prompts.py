@@ -55,11 +55,14 @@ def humaneval_prompts(directory: Path, sets: list[str], limit: int, seed: int) -
         rng = random.Random(f"{seed}-{name}")
         rng.shuffle(rows)
         for row in rows[:limit]:
+            # A hole of whole lines is, in an editor, an empty line the cursor sits on: keep that line
+            # break in the document so a completion that ends at its line's end stays a valid program.
+            whole_lines = row["prompt"].endswith("\n") and row["canonical_solution"].endswith("\n")
             out.append(
                 BenchPrompt(
                     id=row["task_id"],
                     source=f"humaneval-{name}",
-                    text=row["prompt"] + row["suffix"],
+                    text=row["prompt"] + ("\n" if whole_lines else "") + row["suffix"],
                     offset=len(row["prompt"]),
                     path="problem.py",
                     language="python",

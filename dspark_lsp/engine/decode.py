@@ -24,8 +24,9 @@ from dspark_lsp.engine.prefix_cache import PrefixCache
 from dspark_lsp.engine.scheduler import ConfidenceScheduler
 from dspark_lsp.engine.stats import DecodeStats
 
-# Prefill long prompts in slices so one huge forward does not allocate attention for everything at once.
-PREFILL_CHUNK = 512
+# Prefill in slices: bounded attention memory, and a cancelled request stops between slices instead of
+# holding the worker for a whole multi-second prefill.
+PREFILL_CHUNK = 128
 
 KeyFn = Callable[[list[int]], bool]  # generated ids so far -> is the next position a key position?
 StopFn = Callable[[list[int]], bool]  # generated ids so far -> must generation end now?
@@ -222,20 +223,22 @@ class SpeculativeDecoder:
         stats.prefill_tokens = len(prompt) - reused
         last_logits: torch.Tensor | None = None
         for start in range(reused, len(prompt), PREFILL_CHUNK):
+            if cancel is not None and cancel.is_set() and start + PREFILL_CHUNK < len(prompt):
+                break
             last_logits = forward(self.target, prompt[start : start + PREFILL_CHUNK], cache)[-1]
             # The prefill forward produces the first token, so it counts: target-only decoding then
             # shows exactly 1.0 tokens per target forward.
             stats.target_forwards += 1
-        assert last_logits is not None
         stats.t_prefill = time.perf_counter() - t0
 
         ids = list(prompt)
         generated: list[int] = []
         stop_reason = "max_tokens"
         # The prefill's own prediction is the first new token; from here on the cache covers ids[:-1].
-        if cancel is not None and cancel.is_set():
+        if last_logits is None or (cancel is not None and cancel.is_set()):
             stop_reason, config_max = "cancelled", 0
         elif config.max_new_tokens > 0:
+            assert last_logits is not None
             first = self._pick(last_logits, config, generator)
             if first in eos_ids:
                 stop_reason = "eos"

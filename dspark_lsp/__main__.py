@@ -1,0 +1,7 @@
+"""`python -m dspark_lsp` = the `dspark-lsp` command."""
+
+import sys
+
+from dspark_lsp.cli import main
+
+sys.exit(main())
