@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
+from dspark_lsp.engine.costs import cost_profile
 from dspark_lsp.engine.decode import SpeculativeDecoder
 from dspark_lsp.engine.draft import DraftSource
 from dspark_lsp.engine.model_draft import HybridDraftSource, ModelDraftSource
@@ -135,14 +136,20 @@ class ServiceConfig:
             getattr(self, f) != getattr(other, f) for f in ("model", "draft_model", "device", "dtype", "cache_dir")
         )
 
-    def decode_config(self, max_new_tokens: int | None = None) -> DecodeConfig:
+    def decode_config(
+        self, max_new_tokens: int | None = None, verify_cost_ms: dict[int, float] | None = None
+    ) -> DecodeConfig:
         return DecodeConfig(
             max_new_tokens=max_new_tokens or self.max_new_tokens,
             temperature=self.temperature,
             draft_mode=self.draft_mode,  # type: ignore[arg-type]
             relaxed=self.relaxed,
             scheduler=SchedulerConfig(
-                k_min=self.k_min, k_max=self.k_max, k_start=min(max(3, self.k_min), self.k_max), tau=self.threshold
+                k_min=self.k_min,
+                k_max=self.k_max,
+                k_start=min(max(3, self.k_min), self.k_max),
+                tau=self.threshold,
+                verify_cost_ms=verify_cost_ms,
             ),
         )
 
@@ -221,6 +228,8 @@ class CompletionService:
         # Per-document scheduler state (what the confidence scheduler learnt), bounded LRU.
         self._sched_state: OrderedDict[str, tuple[float, float]] = OrderedDict()
         self._lock = threading.Lock()
+        param = next(target.parameters())
+        self.verify_cost_ms = cost_profile(str(param.device), str(param.dtype))
 
     # ------------------------------------------------------------------------------------- loading
     @classmethod
@@ -327,7 +336,7 @@ class CompletionService:
             ng.extra_corpus = self._outside_window(req.text, req.offset, fp.prefix, fp.suffix)
         res = self.decoder.generate(
             fp.ids,
-            config=cfg.decode_config(req.max_new_tokens),
+            config=cfg.decode_config(req.max_new_tokens, self.verify_cost_ms),
             draft=draft,
             eos_ids=self.fim.eos_ids,
             is_key=is_key,

@@ -23,6 +23,7 @@ import torch
 
 from dspark_lsp.bench.prompts import BenchPrompt, corpus_prompts, find_humaneval_dir, humaneval_prompts
 from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
+from dspark_lsp.engine.costs import cost_profile
 from dspark_lsp.engine.decode import SpeculativeDecoder
 from dspark_lsp.engine.draft import DraftSource
 from dspark_lsp.engine.model_draft import HybridDraftSource, ModelDraftSource
@@ -122,10 +123,10 @@ def run_bench(args: argparse.Namespace) -> int:
     pair = pair_for(args.model, args.draft)
     log = _log
     log(f"loading target {pair.target}")
-    target, tokenizer = load_causal_lm(pair.target, device="cpu", dtype="float32", cache_root=args.cache_dir)
+    target, tokenizer = load_causal_lm(pair.target, device="cpu", dtype=args.dtype, cache_root=args.cache_dir)
     fim = detect_fim_tokens(tokenizer)
     eos = _eos(fim)
-    cfg = ServiceConfig(model=args.model, draft_model=args.draft, device="cpu", dtype="float32", cache_dir=args.cache_dir)
+    cfg = ServiceConfig(model=args.model, draft_model=args.draft, device="cpu", dtype=args.dtype, cache_dir=args.cache_dir)
     draft: DraftSource | None
     if pair.draft_kind == "model" and pair.draft:
         log(f"loading draft {pair.draft}")
@@ -142,7 +143,7 @@ def run_bench(args: argparse.Namespace) -> int:
             assistant, assistant_name = ms.model, ms.name
     elif assistant_name:
         log(f"loading assistant {assistant_name}")
-        assistant, _ = load_causal_lm(assistant_name, device="cpu", dtype="float32", cache_root=args.cache_dir)
+        assistant, _ = load_causal_lm(assistant_name, device="cpu", dtype=args.dtype, cache_root=args.cache_dir)
 
     # Prompts.
     prompts: list[BenchPrompt] = []
@@ -173,6 +174,8 @@ def run_bench(args: argparse.Namespace) -> int:
         return lambda ids: bool(tracker.is_key_next(decode_text(ids)))
 
     decoder = SpeculativeDecoder(target)  # no prefix cache: every method prefills every prompt
+    param = next(target.parameters())
+    verify_cost = cost_profile(str(param.device), str(param.dtype))
     results = {m: MethodResult(m) for m in methods}
     has_parallel_model = draft is not None and getattr(draft, "supports_parallel", False) and not isinstance(
         draft, NgramDraftSource
@@ -208,7 +211,10 @@ def run_bench(args: argparse.Namespace) -> int:
                 assistant.generation_config.num_assistant_tokens = 20 if schedule == "heuristic" else 5
                 out = _hf_generate(target, pp.ids, args.max_new_tokens, eos, assistant_model=assistant)
             else:
-                dcfg = DecodeConfig(max_new_tokens=args.max_new_tokens)
+                dcfg = DecodeConfig(
+                    max_new_tokens=args.max_new_tokens,
+                    scheduler=SchedulerConfig(verify_cost_ms=verify_cost),
+                )
                 src: DraftSource | None = draft
                 if m == "target_only":
                     src = None
@@ -397,6 +403,7 @@ def _report(
             "seed": args.seed,
             "fixed_k": args.fixed_k,
             "threads": torch.get_num_threads(),
+            "dtype": args.dtype,
         },
         "prompts": [{"id": p.prompt.id, "source": p.prompt.source, "language": p.language, "prompt_tokens": len(p.ids)} for p in prepared],
         "methods": methods,

@@ -28,6 +28,14 @@ class SchedulerConfig:
     ema_alpha: float = 0.5
     # None = scheduled k; an int = fixed k every round (the `fixed_k` baseline).
     fixed_k: int | None = None
+    # Cost-aware k: ms of one target forward of n tokens (n = k + 1). When set, k maximises expected
+    # tokens per unit of verify cost under the running per-token acceptance rate, instead of the
+    # plain "accepted + 1" rule. None = plain rule. See DESIGN.md §3 for why: on a CPU, verifying 2
+    # tokens costs what 1 does, but 4+ may cost twice as much, so long drafts pay only when they land.
+    verify_cost_ms: dict[int, float] | None = None
+    # Prior of the per-token acceptance rate, and its smoothing.
+    accept_rate_start: float = 0.6
+    accept_rate_alpha: float = 0.3
 
     def validate(self) -> None:
         if not 1 <= self.k_min <= self.k_max:

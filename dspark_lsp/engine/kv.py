@@ -17,7 +17,7 @@ from transformers import DynamicCache
 def new_cache(model: Any) -> DynamicCache:
     try:
         return DynamicCache(config=model.config)
-    except TypeError:  # older releases take no config
+    except (TypeError, AttributeError):  # older releases take no config; stand-in models have none
         return DynamicCache()
 
 

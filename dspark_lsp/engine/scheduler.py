@@ -21,6 +21,7 @@ class ConfidenceScheduler:
         self._ema = float(config.k_start - 1)
         self._reject_run = 0
         self._accept_run = 0
+        self._rate = config.accept_rate_start
         self.k_trace: list[int] = []
         self.tau_trace: list[float] = []
 
@@ -28,11 +29,43 @@ class ConfidenceScheduler:
         c = self.config
         if c.fixed_k is not None:
             k = c.fixed_k
+        elif c.verify_cost_ms:
+            k = self._cost_aware_k()
         else:
             k = max(c.k_min, min(c.k_max, int(round(self._ema)) + 1))
         self.k_trace.append(k)
         self.tau_trace.append(self.tau)
         return k
+
+    def _cost(self, n: int) -> float:
+        table = self.config.verify_cost_ms or {1: 1.0}
+        keys = sorted(table)
+        if n <= keys[0]:
+            return table[keys[0]]
+        if n >= keys[-1]:
+            return table[keys[-1]] * n / keys[-1]
+        for a, b in zip(keys, keys[1:], strict=False):
+            if a <= n <= b:
+                return table[a] + (table[b] - table[a]) * (n - a) / (b - a)
+        return table[keys[-1]]
+
+    def _cost_aware_k(self) -> int:
+        """argmax over k of E[tokens per round] / cost(k + 1), with geometric acceptance at rate r.
+
+        E[tokens] = 1 + r + r^2 + ... + r^k: the target always adds one token, and draft token j is
+        kept only if all before it were.
+        """
+        c = self.config
+        r = min(max(self._rate, 0.0), 0.999)
+        best_k, best = c.k_min, -1.0
+        expected = 1.0 + sum(r**j for j in range(1, c.k_min + 1))
+        for k in range(c.k_min, c.k_max + 1):
+            if k > c.k_min:
+                expected += r**k
+            value = expected / self._cost(k + 1)
+            if value > best + 1e-12:
+                best_k, best = k, value
+        return best_k
 
     def update(self, proposed: int, accepted: int) -> None:
         """Record one round: ``proposed`` draft tokens, of which the first ``accepted`` matched."""
@@ -40,6 +73,10 @@ class ConfidenceScheduler:
         if proposed == 0:
             return
         self._ema = (1 - c.ema_alpha) * self._ema + c.ema_alpha * accepted
+        # Per-token acceptance: a round that kept m of n tokens saw m successes and (n > m) one failure.
+        trials = accepted + (1 if accepted < proposed else 0)
+        round_rate = accepted / trials if trials else self._rate
+        self._rate = (1 - c.accept_rate_alpha) * self._rate + c.accept_rate_alpha * round_rate
         if accepted < proposed:
             self._reject_run += 1
             self._accept_run = 0

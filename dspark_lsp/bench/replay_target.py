@@ -1,0 +1,78 @@
+"""A stand-in target that replays a known greedy continuation: offline evaluation of draft policies.
+
+Greedy decoding is deterministic, so once the real target's continuation of a prompt is known, any
+drafting policy can be replayed against it exactly — same proposals, same acceptances, same number of
+target forwards — without running the 0.5B model. Only time is not replayed: a cost model (ms per
+forward of n tokens, measured on the real target) turns forward counts into an estimated speed-up.
+This is how the scheduler's defaults were tuned; the real benchmark still decides.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import DynamicCache
+
+
+@dataclass
+class _Cfg:
+    vocab_size: int
+
+
+class ReplayTarget(nn.Module):
+    """Logits at position p are one-hot on ``sequence[p + 1]`` (``eos`` past the end)."""
+
+    def __init__(self, sequence: list[int], vocab_size: int, eos: int) -> None:
+        super().__init__()
+        self.sequence = list(sequence)
+        self.eos = eos
+        self.config = _Cfg(vocab_size)
+        self._dummy = nn.Parameter(torch.zeros(1), requires_grad=False)
+        self.forward_sizes: list[int] = []
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        cache: DynamicCache | None = None,
+        use_cache: bool = True,
+        **_: Any,
+    ) -> Any:
+        assert cache is not None
+        n = int(input_ids.shape[1])
+        start = int(cache.get_seq_length())
+        kv = torch.zeros(1, 1, n, 1)
+        cache.update(kv, kv, 0)
+        self.forward_sizes.append(n)
+        logits = torch.full((1, n, self.config.vocab_size), -1e4)
+        for i in range(n):
+            p = start + i + 1
+            tok = self.sequence[p] if p < len(self.sequence) else self.eos
+            logits[0, i, tok] = 0.0
+
+        class _Out:
+            pass
+
+        out = _Out()
+        out.logits = logits  # type: ignore[attr-defined]
+        return out
+
+
+def estimated_ms(forward_sizes: list[int], cost_ms: dict[int, float]) -> float:
+    """Total ms for a list of forward sizes under a cost table (linear interpolation, clamped)."""
+    keys = sorted(cost_ms)
+
+    def cost(n: int) -> float:
+        if n <= keys[0]:
+            return cost_ms[keys[0]]
+        if n >= keys[-1]:
+            return cost_ms[keys[-1]] * n / keys[-1]
+        for a, b in zip(keys, keys[1:], strict=False):
+            if a <= n <= b:
+                return cost_ms[a] + (cost_ms[b] - cost_ms[a]) * (n - a) / (b - a)
+        return cost_ms[keys[-1]]
+
+    return sum(cost(n) for n in forward_sizes)
+

@@ -1,0 +1,21 @@
+"""Verify-cost profiles: ms of one target forward of n tokens on a KV cache, by device and dtype.
+
+The scheduler uses the *shape* of the curve (how much dearer n tokens are than 1), not absolute time.
+Figures for the CPU come from DESIGN.md §3 (Qwen2.5-Coder-0.5B, 2 cores, context 256): memory-bound
+decoding makes 2 tokens cost what 1 does; fp32 then jumps near 2x at 4 tokens, bf16 rises slowly.
+On a GPU a forward of up to 8 tokens costs about the same as one.
+"""
+
+from __future__ import annotations
+
+COST_CPU_FP32: dict[int, float] = {1: 128.0, 2: 126.0, 4: 245.0, 6: 230.0, 8: 265.0}
+COST_CPU_BF16: dict[int, float] = {1: 120.0, 2: 125.0, 4: 141.0, 6: 167.0, 8: 187.0}
+COST_GPU: dict[int, float] = {1: 1.0, 4: 1.02, 8: 1.05}
+
+
+def cost_profile(device: str, dtype_name: str) -> dict[int, float]:
+    if device.startswith("cuda") or device == "mps":
+        return dict(COST_GPU)
+    if "bfloat16" in dtype_name or "float16" in dtype_name:
+        return dict(COST_CPU_BF16)
+    return dict(COST_CPU_FP32)
