@@ -1,0 +1,187 @@
+"""The confidence scheduler: k within [k_min, k_max], tau adapted by streaks and clamped, fixed_k."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
+from dspark_lsp.engine.decode import SpeculativeDecoder
+from dspark_lsp.engine.draft import Proposal
+from dspark_lsp.engine.model_draft import ModelDraftSource
+from dspark_lsp.engine.scheduler import ConfidenceScheduler
+
+
+@st.composite
+def configs(draw: st.DrawFn) -> SchedulerConfig:
+    k_min = draw(st.integers(1, 4))
+    k_max = draw(st.integers(k_min, 8))
+    tau_min = draw(st.floats(0.05, 0.6))
+    tau_max = draw(st.floats(tau_min, 1.0))
+    return SchedulerConfig(
+        k_min=k_min,
+        k_max=k_max,
+        k_start=draw(st.integers(0, 10)),
+        tau=draw(st.floats(tau_min, tau_max)),
+        tau_min=tau_min,
+        tau_max=tau_max,
+        ema_alpha=draw(st.floats(0.05, 1.0)),
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(config=configs(), rounds=st.lists(st.tuples(st.integers(0, 10), st.integers(0, 10)), max_size=60))
+def test_k_and_tau_stay_in_their_ranges(config: SchedulerConfig, rounds: list[tuple[int, int]]) -> None:
+    sched = ConfidenceScheduler(config)
+    for proposed, accepted in rounds:
+        k = sched.next_k()
+        assert config.k_min <= k <= config.k_max
+        assert config.tau_min - 1e-12 <= sched.tau <= config.tau_max + 1e-12
+        sched.update(proposed, min(accepted, proposed))
+    assert config.k_min <= sched.next_k() <= config.k_max
+    assert len(sched.k_trace) == len(sched.tau_trace) == len(rounds) + 1
+
+
+def test_tau_falls_after_three_rejecting_rounds_in_a_row() -> None:
+    sched = ConfidenceScheduler(SchedulerConfig(tau=0.9))
+    sched.update(3, 1)
+    sched.update(3, 0)
+    assert sched.tau == pytest.approx(0.9)  # two are not enough
+    sched.update(3, 2)
+    assert sched.tau == pytest.approx(0.9 * 0.95)
+    # The streak restarts: three more rejections for the next step down.
+    sched.update(2, 0)
+    sched.update(2, 0)
+    assert sched.tau == pytest.approx(0.855)
+    sched.update(2, 0)
+    assert sched.tau == pytest.approx(0.855 * 0.95)
+
+
+def test_a_fully_accepted_round_breaks_a_rejection_streak() -> None:
+    sched = ConfidenceScheduler(SchedulerConfig(tau=0.9))
+    for proposed, accepted in [(3, 0), (3, 1), (3, 3), (3, 0), (3, 0)]:
+        sched.update(proposed, accepted)
+    assert sched.tau == pytest.approx(0.9)
+
+
+def test_tau_rises_after_five_fully_accepted_rounds_in_a_row() -> None:
+    sched = ConfidenceScheduler(SchedulerConfig(tau=0.8, tau_max=0.99))
+    for _ in range(4):
+        sched.update(2, 2)
+    assert sched.tau == pytest.approx(0.8)
+    sched.update(4, 4)
+    assert sched.tau == pytest.approx(0.84)
+    sched.update(3, 1)  # a rejection resets the accept streak
+    for _ in range(4):
+        sched.update(1, 1)
+    assert sched.tau == pytest.approx(0.84)
+    sched.update(1, 1)
+    assert sched.tau == pytest.approx(0.882)
+
+
+def test_tau_is_clamped() -> None:
+    sched = ConfidenceScheduler(SchedulerConfig(tau=0.9, tau_min=0.8, tau_max=0.92))
+    for _ in range(30):
+        sched.update(3, 0)
+    assert sched.tau == pytest.approx(0.8)
+    for _ in range(50):
+        sched.update(3, 3)
+    assert sched.tau == pytest.approx(0.92)
+
+
+def test_empty_rounds_change_nothing() -> None:
+    sched = ConfidenceScheduler(SchedulerConfig(tau=0.9))
+    before = sched.state()
+    for _ in range(10):
+        sched.update(0, 0)
+    assert sched.state() == before
+
+
+def test_k_follows_recent_acceptance() -> None:
+    sched = ConfidenceScheduler(SchedulerConfig(k_min=1, k_max=5, k_start=3))
+    assert sched.next_k() == 3
+    for _ in range(10):
+        sched.update(5, 5)
+    assert sched.next_k() == 5  # long drafts keep being accepted: draft more
+    for _ in range(10):
+        sched.update(5, 0)
+    assert sched.next_k() == 1  # early rejections: draft less
+
+
+def test_fixed_k_ignores_history() -> None:
+    sched = ConfidenceScheduler(SchedulerConfig(fixed_k=2))
+    for proposed, accepted in [(2, 2)] * 8 + [(2, 0)] * 8:
+        assert sched.next_k() == 2
+        sched.update(proposed, accepted)
+
+
+def test_state_round_trip() -> None:
+    a = ConfidenceScheduler(SchedulerConfig())
+    for _ in range(3):
+        a.update(3, 0)
+    b = ConfidenceScheduler(SchedulerConfig())
+    b.restore(a.state())
+    assert b.state() == a.state()
+    assert b.next_k() == a.next_k()
+
+
+# --------------------------------------------------------------------------- inside the decode loop
+class AlwaysWrong:
+    name = "wrong"
+    supports_parallel = True
+
+    def propose(self, context: list[int], max_tokens: int, **kw: Any) -> Proposal:
+        n = max_tokens if kw.get("parallel") else 1
+        return Proposal(tokens=[(context[-1] * 7 + 1) % 48] * n, confidence=[1.0] * n)
+
+    def reset(self) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def target(random_lm: Any) -> Any:
+    return random_lm(41, vocab_size=48, hidden=32, layers=1, head_scale=16.0)
+
+
+def test_decode_traces_show_tau_falling_on_rejections(target: Any) -> None:
+    decoder = SpeculativeDecoder(target)
+    # Make sure the "always wrong" draft really is wrong for this target: its token must never be the argmax.
+    res = decoder.generate([1, 2, 3], config=DecodeConfig(max_new_tokens=12), draft=AlwaysWrong())
+    assert res.stats.accepted == 0, "the test's draft happened to be right; pick another rule"
+    assert res.stats.tau_trace[:7] == [0.9, 0.9, 0.9, 0.855, 0.855, 0.855, 0.8122]
+    assert res.stats.k_trace[:4] == [3, 2, 1, 1]
+    # The next call of the same document continues from the state the scheduler ended in.
+    again = decoder.generate(
+        [1, 2, 3],
+        config=DecodeConfig(max_new_tokens=3),
+        draft=AlwaysWrong(),
+        scheduler_state=res.scheduler_state,
+    )
+    assert res.scheduler_state is not None
+    assert again.stats.tau_trace[0] == pytest.approx(res.scheduler_state[1], abs=1e-4)
+
+
+def test_decode_traces_show_tau_rising_on_full_acceptance(target: Any) -> None:
+    decoder = SpeculativeDecoder(target)
+    cfg = DecodeConfig(
+        max_new_tokens=40, draft_mode="ar", scheduler=SchedulerConfig(tau=0.5, tau_min=0.5, k_max=3)
+    )
+    res = decoder.generate([1, 2, 3], config=cfg, draft=ModelDraftSource(target, 48))
+    assert res.stats.accepted == res.stats.proposed > 0
+    assert res.stats.tau_trace[:7] == [0.5] * 5 + [0.525] * 2
+    assert max(res.stats.k_trace) == 3 and min(res.stats.k_trace) >= 1
+
+
+@pytest.mark.parametrize("fixed_k", [0, 1, 4])
+def test_fixed_k_in_the_decode_loop(target: Any, fixed_k: int) -> None:
+    cfg = DecodeConfig(
+        max_new_tokens=30, draft_mode="ar", scheduler=SchedulerConfig(fixed_k=fixed_k, tau=0.5, tau_min=0.5)
+    )
+    res = SpeculativeDecoder(target).generate([1, 2, 3], config=cfg, draft=ModelDraftSource(target, 48))
+    assert set(res.stats.k_trace) == {fixed_k}
+    assert res.stats.proposed <= fixed_k * len(res.stats.k_trace)
+    if fixed_k == 0:
+        assert res.stats.proposed == 0 and res.stats.target_forwards == 30
