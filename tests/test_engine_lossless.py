@@ -48,6 +48,10 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
             tau_min=0.05,
             tau_max=1.0,
             fixed_k=fixed_k,
+            # The cost-aware k rule (the service's default) or the plain "accepted + 1" rule.
+            verify_cost_ms=draw(
+                st.sampled_from([None, {1: 128.0, 2: 126.0, 4: 245.0, 8: 265.0}, {1: 1.0, 8: 1.05}])
+            ),
         ),
         "key_rule": key_rule,
         "eos": draw(st.one_of(st.none(), st.integers(0, vocab - 1))),

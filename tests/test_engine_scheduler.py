@@ -14,6 +14,13 @@ from dspark_lsp.engine.draft import Proposal
 from dspark_lsp.engine.model_draft import ModelDraftSource
 from dspark_lsp.engine.scheduler import ConfidenceScheduler
 
+COST_TABLES = [
+    {1: 128.0, 2: 126.0, 4: 245.0, 6: 230.0, 8: 265.0},  # CPU fp32 (DESIGN.md §3)
+    {1: 1.0, 4: 1.02, 8: 1.05},  # GPU: flat
+    {1: 10.0, 2: 20.0, 3: 30.0},  # linear
+    {3: 5.0},  # a single point
+]
+
 
 @st.composite
 def configs(draw: st.DrawFn) -> SchedulerConfig:
@@ -29,6 +36,8 @@ def configs(draw: st.DrawFn) -> SchedulerConfig:
         tau_min=tau_min,
         tau_max=tau_max,
         ema_alpha=draw(st.floats(0.05, 1.0)),
+        verify_cost_ms=draw(st.one_of(st.none(), st.sampled_from(COST_TABLES))),
+        accept_rate_start=draw(st.floats(0.0, 1.0)),
     )
 
 
@@ -126,6 +135,54 @@ def test_state_round_trip() -> None:
     b.restore(a.state())
     assert b.state() == a.state()
     assert b.next_k() == a.next_k()
+
+
+def test_cost_aware_k_drafts_long_when_verifying_more_is_free_and_drafts_land() -> None:
+    sched = ConfidenceScheduler(SchedulerConfig(k_min=1, k_max=5, verify_cost_ms={1: 10.0, 8: 10.0}))
+    for _ in range(20):
+        sched.update(5, 5)
+    assert sched.next_k() == 5
+
+
+def test_cost_aware_k_drafts_short_when_drafts_fail() -> None:
+    sched = ConfidenceScheduler(SchedulerConfig(k_min=1, k_max=5, verify_cost_ms={1: 10.0, 2: 10.0, 6: 30.0}))
+    for _ in range(20):
+        sched.update(3, 0)
+    assert sched.next_k() == 1
+
+
+def test_cost_aware_k_follows_the_acceptance_rate() -> None:
+    """Under a linear cost, extra draft tokens pay only when they are nearly always accepted."""
+    cfg = SchedulerConfig(k_min=1, k_max=5, verify_cost_ms={1: 10.0, 2: 10.0, 4: 14.0, 8: 40.0})
+    good, bad = ConfidenceScheduler(cfg), ConfidenceScheduler(cfg)
+    for _ in range(30):
+        good.update(4, 4)
+        bad.update(4, 1)
+    assert good.next_k() > bad.next_k()
+    assert bad.next_k() >= cfg.k_min and good.next_k() <= cfg.k_max
+
+
+@pytest.mark.parametrize("table", COST_TABLES)
+def test_cost_aware_k_is_the_best_value_for_its_rate(table: dict[int, float]) -> None:
+    """Brute force: the chosen k maximises E[tokens] / cost(k + 1) over [k_min, k_max], where
+    E[tokens] = 1 + r + ... + r^k and the cost is interpolated (extrapolated linearly past the table)."""
+
+    def cost(n: int) -> float:
+        keys = sorted(table)
+        if n <= keys[0]:
+            return table[keys[0]]
+        if n >= keys[-1]:
+            return table[keys[-1]] * n / keys[-1]
+        a = max(x for x in keys if x <= n)
+        b = min(x for x in keys if x >= n)
+        return table[a] if a == b else table[a] + (table[b] - table[a]) * (n - a) / (b - a)
+
+    for rate in (0.0, 0.3, 0.6, 0.9, 0.99):
+        sched = ConfidenceScheduler(
+            SchedulerConfig(k_min=1, k_max=7, verify_cost_ms=table, accept_rate_start=rate)
+        )
+        values = {k: sum(rate**j for j in range(k + 1)) / cost(k + 1) for k in range(1, 8)}
+        assert values[sched.next_k()] == pytest.approx(max(values.values()), rel=1e-9)
 
 
 # --------------------------------------------------------------------------- inside the decode loop
