@@ -68,7 +68,10 @@ def cmd_complete(args: argparse.Namespace) -> int:
         raise UserError("; ".join(errs))
     if args.prepare:
         _prepare_if_needed(cfg)
-    service = CompletionService.load(cfg, progress=None if args.json else _progress_to_stderr)
+    # Progress lines only for a person at a terminal: a script reading stderr gets exactly one line
+    # on failure.
+    show_progress = not args.json and sys.stderr.isatty()
+    service = CompletionService.load(cfg, progress=_progress_to_stderr if show_progress else None)
     result = service.complete(CompletionRequest(text=text, offset=offset, path=str(args.file), doc_key=str(args.file)))
     if args.json:
         print(

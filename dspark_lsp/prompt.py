@@ -63,8 +63,12 @@ def build_fim_prompt(
             candidate = _encode(tokenizer, used_suffix + line)
             if len(candidate) > suffix_budget:
                 if i == 0:
-                    used_suffix = ""
-                    suffix_ids = []
+                    # Keep the head of a huge first line (the text right after the cursor).
+                    head = line
+                    while head and len(candidate) > suffix_budget:
+                        head = head[: max(0, len(head) - max(1, len(head) // 4))]
+                        candidate = _encode(tokenizer, head)
+                    used_suffix, suffix_ids = head, candidate
                 break
             used_suffix += line
             suffix_ids = candidate
@@ -84,8 +88,11 @@ def build_fim_prompt(
         tokens += n
         start -= 1
     if start > 0:
+        # Snap forward to a block boundary so the start stays put while the user types; never so far
+        # that the lines just before the cursor are lost (then the unsnapped start is used).
         snapped = ((start + SNAP_LINES - 1) // SNAP_LINES) * SNAP_LINES
-        start = min(snapped, cursor_line)
+        if snapped < cursor_line:
+            start = snapped
     used_prefix = "".join(lines[start:])
     prefix_ids = _encode(tokenizer, used_prefix)
     while len(prefix_ids) > prefix_budget and used_prefix:

@@ -384,7 +384,7 @@ class CompletionService:
             scope=scope.value,
             stats=stats,
             cancelled=st.stop_reason == "cancelled",
-            stop_reason=st.stop_reason if cut is None else "syntax",
+            stop_reason=st.stop_reason if cut is None or st.stop_reason == "cancelled" else "syntax",
         )
         if cfg.completion_cache and not result.cancelled and text:
             self._remember(req.doc_key, _Shown(before, after, text, ids, fp.text, scope.value))
