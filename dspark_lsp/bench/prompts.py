@@ -74,50 +74,79 @@ def humaneval_prompts(directory: Path, sets: list[str], limit: int, seed: int) -
     return out
 
 
-def corpus_prompts(directory: Path, limit: int, seed: int, language_of: object = None) -> list[BenchPrompt]:
-    """Holes at random line/column positions: the rest of a line, or the next 1–3 whole lines."""
+def corpus_prompts(directory: Path, limit: int, seed: int) -> list[BenchPrompt]:
+    """``limit`` holes per language (by file extension) at random line/column positions.
+
+    A hole is the rest of a line from a random column, or the next 1–3 whole lines.
+    """
     files = sorted(
         p for p in directory.rglob("*") if p.is_file() and p.suffix in CODE_EXTENSIONS and p.stat().st_size < 400_000
     )
     if not files:
         raise ValueError(f"no source files ({', '.join(sorted(CODE_EXTENSIONS))}) under {directory}")
-    rng = random.Random(seed)
+    by_ext: dict[str, list[Path]] = {}
+    for f in files:
+        by_ext.setdefault(LANGUAGE_OF_EXT.get(f.suffix, f.suffix), []).append(f)
     out: list[BenchPrompt] = []
-    attempts = 0
-    while len(out) < limit and attempts < limit * 20:
-        attempts += 1
-        path = rng.choice(files)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (UnicodeDecodeError, OSError):
-            continue
-        lines = text.splitlines(keepends=True)
-        candidates = [i for i, line in enumerate(lines) if len(line.strip()) > 8]
-        if len(candidates) < 5:
-            continue
-        li = rng.choice(candidates)
-        line = lines[li]
-        indent = len(line) - len(line.lstrip())
-        start = sum(len(x) for x in lines[:li])
-        if rng.random() < 0.5:
-            body = line.rstrip("\r\n")
-            col = rng.randint(indent, max(indent, len(body) - 1))
-            cut_start, cut_end = start + col, start + len(body)
-        else:
-            n = rng.randint(1, 3)
-            cut_start = start + indent
-            cut_end = start + sum(len(x) for x in lines[li : li + n]) - 1
-        reference = text[cut_start:cut_end]
-        if not reference.strip():
-            continue
-        out.append(
-            BenchPrompt(
-                id=f"{path.name}:{li}",
-                source="corpus",
-                text=text[:cut_start] + text[cut_end:],
-                offset=cut_start,
-                path=str(path),
-                reference=reference,
-            )
-        )
+    for lang in sorted(by_ext):
+        rng = random.Random(f"{seed}-{lang}")
+        group = by_ext[lang]
+        made, attempts = 0, 0
+        while made < limit and attempts < limit * 20:
+            attempts += 1
+            prompt = _cut_hole(rng, rng.choice(group), lang)
+            if prompt is not None:
+                out.append(prompt)
+                made += 1
     return out
+
+
+LANGUAGE_OF_EXT = {
+    ".py": "python",
+    ".js": "javascript",
+    ".ts": "typescript",
+    ".tsx": "tsx",
+    ".go": "go",
+    ".rs": "rust",
+    ".java": "java",
+    ".c": "c",
+    ".h": "c",
+    ".cpp": "cpp",
+    ".cc": "cpp",
+    ".hpp": "cpp",
+}
+
+
+def _cut_hole(rng: random.Random, path: Path, language: str) -> BenchPrompt | None:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (UnicodeDecodeError, OSError):
+        return None
+    lines = text.splitlines(keepends=True)
+    candidates = [i for i, line in enumerate(lines) if len(line.strip()) > 8]
+    if len(candidates) < 5:
+        return None
+    li = rng.choice(candidates)
+    line = lines[li]
+    indent = len(line) - len(line.lstrip())
+    start = sum(len(x) for x in lines[:li])
+    if rng.random() < 0.5:
+        body = line.rstrip("\r\n")
+        col = rng.randint(indent, max(indent, len(body) - 1))
+        cut_start, cut_end = start + col, start + len(body)
+    else:
+        n = rng.randint(1, 3)
+        cut_start = start + indent
+        cut_end = start + sum(len(x) for x in lines[li : li + n]) - 1
+    reference = text[cut_start:cut_end]
+    if not reference.strip():
+        return None
+    return BenchPrompt(
+        id=f"{path.name}:{li}",
+        source="corpus",
+        text=text[:cut_start] + text[cut_end:],
+        offset=cut_start,
+        path=str(path),
+        language=language,
+        reference=reference,
+    )
