@@ -226,7 +226,7 @@ class CompletionService:
         self._recent: deque[dict[str, Any]] = deque(maxlen=self.RECENT)
         self._shown: OrderedDict[str, list[_Shown]] = OrderedDict()
         # Per-document scheduler state (what the confidence scheduler learnt), bounded LRU.
-        self._sched_state: OrderedDict[str, tuple[float, float]] = OrderedDict()
+        self._sched_state: OrderedDict[str, tuple[float, ...]] = OrderedDict()
         self._lock = threading.Lock()
         param = next(target.parameters())
         self.verify_cost_ms = cost_profile(str(param.device), str(param.dtype))
@@ -264,6 +264,8 @@ class CompletionService:
         if errs:
             raise UserError("invalid configuration: " + "; ".join(errs))
         with self._lock:
+            if config.threshold != self.config.threshold:
+                self._sched_state.clear()  # a new tau applies to every document, not only new ones
             self.config = config
             self.decoder.prefix_cache = self.prefix_cache if config.prefix_reuse else None
             if not config.completion_cache:
@@ -338,7 +340,8 @@ class CompletionService:
             fp.ids,
             config=cfg.decode_config(req.max_new_tokens, self.verify_cost_ms),
             draft=draft,
-            eos_ids=self.fim.eos_ids,
+            # A FIM marker in the output means the model thinks the middle is over.
+            eos_ids=(*self.fim.eos_ids, self.fim.prefix_id, self.fim.suffix_id, self.fim.middle_id),
             is_key=is_key,
             stop=stop,
             on_tokens=on_tokens if on_text is not None else None,

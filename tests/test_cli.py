@@ -91,12 +91,6 @@ def test_unknown_model_name_json(capsys: pytest.CaptureFixture[str], source_file
     assert_one_error_line(rc, out, err, "no-such-model-xyz")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG cli.py cmd_complete (progress=None if args.json else _progress_to_stderr): without --json "
-    "the progress line 'dspark-lsp: loading target ...' is printed before the error, so a bad model name "
-    "gives two stderr lines, not one",
-)
 def test_unknown_model_name(capsys: pytest.CaptureFixture[str], source_file: Path) -> None:
     rc, out, err = run_main(capsys, complete_args(source_file, 3, 13, "--model", "no-such-model-xyz"))
     assert_one_error_line(rc, out, err, "no-such-model-xyz")

@@ -107,12 +107,6 @@ def test_prefix_window_start_is_stable_while_typing_on_one_line(tiny_tokenizer: 
         assert b.prefix.startswith(a.prefix)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG prompt.py build_fim_prompt (start = min(snapped, cursor_line)): the window start is "
-    "snapped FORWARD to the next multiple of SNAP_LINES and then clamped to the cursor line, so when that "
-    "multiple lies past the cursor every line before the cursor is dropped although they fit in the budget",
-)
 def test_prefix_keeps_the_lines_before_the_cursor_when_they_fit(tiny_tokenizer: Any, fim: FimTokens) -> None:
     head = _numbered_lines(79)  # the cursor is on line 79; ~14 lines of ~8 tokens fit in 113 tokens
     text = head + "result = \nprint(result)\n"
@@ -132,12 +126,6 @@ def test_huge_single_line_keeps_the_text_nearest_the_cursor(tiny_tokenizer: Any,
     check_invariants(tiny_tokenizer, fim, text, len(line) // 2, 256, 0.75)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG prompt.py build_fim_prompt (suffix loop, i == 0 branch): the comment says the rest of the "
-    "cursor's line always goes in (truncated if huge), but when it exceeds the suffix budget the suffix is "
-    "left empty",
-)
 def test_a_long_rest_of_line_is_truncated_not_dropped(tiny_tokenizer: Any, fim: FimTokens) -> None:
     text = "def f(x):\n    return g(" + ", ".join(f"arg{i}" for i in range(60)) + ")\nprint(1)\n"
     offset = text.index("g(") + 2

@@ -154,12 +154,6 @@ def test_a_cancelled_completion_is_not_remembered(make_service: Any) -> None:
     assert not again.from_cache
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG service.py CompletionService.complete (stop_reason=st.stop_reason if cut is None else "
-    "'syntax'): stop_reason is 'syntax' whenever the final stop rule cuts the partial text, even for a "
-    "cancelled request (cancelled=True, stop_reason='syntax')",
-)
 def test_a_cancelled_completion_reports_cancelled_as_its_stop_reason(make_service: Any) -> None:
     service = make_service()
     cancel = threading.Event()

@@ -37,7 +37,7 @@ TokensFn = Callable[[list[int]], None]  # streaming callback with all generated 
 class DecodeResult:
     tokens: list[int]
     stats: DecodeStats
-    scheduler_state: tuple[float, float] | None = None
+    scheduler_state: tuple[float, ...] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -179,7 +179,7 @@ class SpeculativeDecoder:
         stop: StopFn | None = None,
         on_tokens: TokensFn | None = None,
         cancel: threading.Event | None = None,
-        scheduler_state: tuple[float, float] | None = None,
+        scheduler_state: tuple[float, ...] | None = None,
     ) -> DecodeResult:
         if not prompt:
             raise ValueError("prompt must contain at least one token")
@@ -200,7 +200,7 @@ class SpeculativeDecoder:
         stop: StopFn | None,
         on_tokens: TokensFn | None,
         cancel: threading.Event | None,
-        scheduler_state: tuple[float, float] | None,
+        scheduler_state: tuple[float, ...] | None,
     ) -> DecodeResult:
         t0 = time.perf_counter()
         stats = DecodeStats(prompt_tokens=len(prompt))

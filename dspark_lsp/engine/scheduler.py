@@ -90,8 +90,11 @@ class ConfidenceScheduler:
                 self.tau = min(c.tau_max, self.tau * c.tau_up)
                 self._accept_run = 0
 
-    def state(self) -> tuple[float, float]:
-        return self._ema, self.tau
+    def state(self) -> tuple[float, float, float]:
+        """What the scheduler learnt (accepted-length average, tau, per-token acceptance rate)."""
+        return self._ema, self.tau, self._rate
 
-    def restore(self, state: tuple[float, float]) -> None:
-        self._ema, self.tau = state
+    def restore(self, state: tuple[float, ...]) -> None:
+        self._ema, self.tau = state[0], state[1]
+        if len(state) > 2:
+            self._rate = state[2]
