@@ -42,6 +42,7 @@ class TrainConfig:
     eval_every: int = 100
     eval_samples: int = 48
     log_every: int = 10
+    bf16: bool = field(default=True, metadata={"help": "bf16 autocast for matmuls (~1.35x on AVX512-BF16 CPUs)"})
     threads: int = field(default=1, metadata={"help": "torch threads (the CPU is shared)"})
     seed: int = 0
     target_vocab_size: int = field(default=0, metadata={"help": "0 = from the tokenizer dir's config.json"})

@@ -36,7 +36,7 @@ def _target_vocab_size(cfg: TrainConfig) -> int:
 
 def losses(model: DraftNet, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
     """(AR loss over real positions, parallel loss over mask positions)."""
-    logits = model(batch.ids, batch.positions, batch.mask)
+    logits = model(batch.ids, batch.positions, batch.mask).float()
     n = batch.n_real
     v = logits.shape[-1]
     ar = F.cross_entropy(logits[:, :n].reshape(-1, v), batch.labels[:, :n].reshape(-1), ignore_index=IGNORE)
@@ -184,7 +184,9 @@ class Trainer:
             batch = self.next_batch()
             for group in self.opt.param_groups:
                 group["lr"] = lr_at(cfg, self.step)
-            ar, par = losses(self.model, batch)
+            # bf16 autocast: matmuls in bf16, master weights/optimizer state stay fp32.
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
+                ar, par = losses(self.model, batch)
             loss = ar + cfg.parallel_weight * par
             self.opt.zero_grad(set_to_none=True)
             loss.backward()
