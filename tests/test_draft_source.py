@@ -117,3 +117,23 @@ def test_empty_request_and_unknown_draft() -> None:
     assert len(src.propose([1, 2, 3], 0, parallel=True, tau=0.0)) == 0
     with pytest.raises(UserError, match="no draft model"):
         load_draft("no-such-draft-anywhere")
+
+
+def test_hybrid_prefers_a_solid_lookup_match_and_falls_back_to_the_model() -> None:
+    from dspark_lsp.draftnet.hybrid import HybridDraftSource
+
+    src = make_source()
+    hybrid = HybridDraftSource(src)
+    kept = src.vocab.target_ids.tolist()
+    a, b, c, d, e = kept[:5]
+    repeated = [a, b, c, d, e, kept[7], a, b]  # "a b" seen before, followed by "c d e"
+    p = hybrid.propose(repeated, 3, parallel=True, tau=0.0)
+    assert p.tokens == [c, d, e] and p.forwards == 0
+    fresh = [kept[i] for i in (1, 2, 3, 4, 5, 6)]  # nothing repeats: the model drafts
+    q = hybrid.propose(fresh, 3, parallel=True, tau=0.0)
+    src.reset()
+    assert q.forwards == 1 and q.tokens == src.propose(fresh, 3, parallel=True, tau=0.0).tokens
+    # Sampling needs the draft's distribution q, which lookup does not have: always the model.
+    g = torch.Generator().manual_seed(0)
+    r = hybrid.propose(repeated, 3, parallel=True, tau=0.0, temperature=1.0, generator=g)
+    assert r.forwards == 1 and r.dists is not None and len(r.dists) == len(r)

@@ -21,8 +21,11 @@ from pathlib import Path
 
 import torch
 
+from dspark_lsp.draftnet.hybrid import HybridDraftSource
 from dspark_lsp.draftnet.io import DEFAULT_DRAFT
 from dspark_lsp.draftnet.source import TrainedDraftSource, load_draft
+from dspark_lsp.engine.draft import DraftSource
+from dspark_lsp.engine.ngram import NgramDraftSource
 from dspark_lsp.errors import UserError
 from dspark_lsp.training.corpus import collect, default_roots, is_held_out, read_text
 from dspark_lsp.training.samples import EOS, SampleMaker, SampleShape, load_tokenizer
@@ -91,7 +94,7 @@ def target_continuations(model_dir: str, prompts: list[list[int]], max_new: int,
     return {"model_dir": model_dir, "max_new_tokens": max_new, "items": items}
 
 
-def replay(src: TrainedDraftSource, prompt: list[int], target: list[int], mode: str, k: int) -> list[tuple[int, int, bool]]:
+def replay(src: DraftSource, prompt: list[int], target: list[int], mode: str, k: int) -> list[tuple[int, int, bool]]:
     """(accepted, draft forwards, first token right) per round."""
     rounds = []
     i = 0
@@ -110,7 +113,7 @@ def replay(src: TrainedDraftSource, prompt: list[int], target: list[int], mode: 
     return rounds
 
 
-def score(src: TrainedDraftSource, data: dict[str, object], mode: str, k: int) -> Score:
+def score(src: DraftSource, data: dict[str, object], mode: str, k: int) -> Score:
     items = data["items"]
     assert isinstance(items, list)
     all_rounds = [rd for it in items for rd in replay(src, it["prompt"], it["target"], mode, k)]
@@ -176,7 +179,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--draft", default=DEFAULT_DRAFT, help="draft name or directory")
+    ap.add_argument("--draft", default=DEFAULT_DRAFT, help="draft name or directory; 'ngram' = prompt lookup")
+    ap.add_argument("--hybrid", action="store_true", help="score the draft behind n-gram lookup (HybridDraftSource)")
+    ap.add_argument("--hybrid-min-conf", type=float, default=0.75,
+                    help="n-gram confidence needed to skip the model (0.55 = 1-gram, 0.75 = 2-gram matches)")
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--limit", type=int, default=0, help="score only the first N prompts")
     ap.add_argument("--cost", action="store_true", help="also time draft vs target forwards (loads the target)")
@@ -195,13 +201,23 @@ def main(argv: list[str] | None = None) -> int:
         if a.limit:
             data["items"] = data["items"][: a.limit]
         torch.set_num_threads(a.threads)
-        src = load_draft(a.draft)
+        if a.draft == "ngram":
+            src: DraftSource = NgramDraftSource()
+        elif a.hybrid:
+            src = HybridDraftSource(load_draft(a.draft), NgramDraftSource(max_ngram=4, min_ngram=1),
+                                    min_confidence=a.hybrid_min_conf)
+        else:
+            src = load_draft(a.draft)
         result: dict[str, object] = {"draft": a.draft, "prompts": len(data["items"]),
                                      "target_tokens": sum(len(it["target"]) for it in data["items"])}
         for mode in MODES:
             s = score(src, data, mode, a.k)
             result[mode] = s.__dict__
             print(json.dumps(s.__dict__))
+        if not isinstance(src, TrainedDraftSource):
+            if a.json:
+                Path(a.json).write_text(json.dumps(result, indent=2))
+            return 0
         result["draft_forward_ms"] = forward_cost_ms(src)
         print(json.dumps(result["draft_forward_ms"]))
         if a.cost:
