@@ -75,7 +75,7 @@ def test_parallel_step_matches_a_fresh_full_forward() -> None:
     assert p.tokens == expect
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=12, deadline=None)
 @given(
     calls=st.lists(
         st.tuples(st.lists(st.integers(1, 50), min_size=1, max_size=40), st.booleans(), st.integers(1, 5)),
