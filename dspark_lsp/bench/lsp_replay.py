@@ -28,20 +28,6 @@ from typing import IO, Any
 
 from dspark_lsp.errors import UserError
 
-LANGUAGES = {
-    ".py": "python",
-    ".js": "javascript",
-    ".ts": "typescript",
-    ".go": "go",
-    ".rs": "rust",
-    ".java": "java",
-    ".c": "c",
-    ".h": "c",
-    ".cpp": "cpp",
-    ".cc": "cpp",
-    ".hpp": "cpp",
-}
-
 
 @dataclass
 class ReplayConfig:
@@ -227,7 +213,9 @@ def run_replay(cfg: ReplayConfig, *, label: str = "replay") -> ReplayReport:
     start = int(len(source) * cfg.start_fraction)
     text = source[:start]
     uri = cfg.file.resolve().as_uri()
-    language = LANGUAGES.get(cfg.file.suffix.lower(), "plaintext")
+    from dspark_lsp.syntax import detect_language
+
+    language = detect_language(str(cfg.file), None) or "plaintext"
 
     client = StdioClient(cfg.server_command, cfg.log_file)
     started = time.monotonic()

@@ -84,9 +84,11 @@ def corpus_prompts(directory: Path, limit: int, seed: int) -> list[BenchPrompt]:
     )
     if not files:
         raise ValueError(f"no source files ({', '.join(sorted(CODE_EXTENSIONS))}) under {directory}")
+    from dspark_lsp.syntax import detect_language
+
     by_ext: dict[str, list[Path]] = {}
     for f in files:
-        by_ext.setdefault(LANGUAGE_OF_EXT.get(f.suffix, f.suffix), []).append(f)
+        by_ext.setdefault(detect_language(str(f), None) or f.suffix, []).append(f)
     out: list[BenchPrompt] = []
     for lang in sorted(by_ext):
         rng = random.Random(f"{seed}-{lang}")
@@ -99,22 +101,6 @@ def corpus_prompts(directory: Path, limit: int, seed: int) -> list[BenchPrompt]:
                 out.append(prompt)
                 made += 1
     return out
-
-
-LANGUAGE_OF_EXT = {
-    ".py": "python",
-    ".js": "javascript",
-    ".ts": "typescript",
-    ".tsx": "tsx",
-    ".go": "go",
-    ".rs": "rust",
-    ".java": "java",
-    ".c": "c",
-    ".h": "c",
-    ".cpp": "cpp",
-    ".cc": "cpp",
-    ".hpp": "cpp",
-}
 
 
 def _cut_hole(rng: random.Random, path: Path, language: str) -> BenchPrompt | None:
