@@ -226,8 +226,9 @@ class SpeculativeDecoder:
             if cancel is not None and cancel.is_set() and start + PREFILL_CHUNK < len(prompt):
                 break
             last_logits = forward(self.target, prompt[start : start + PREFILL_CHUNK], cache)[-1]
-            # The prefill forward produces the first token, so it counts: target-only decoding then
-            # shows exactly 1.0 tokens per target forward.
+        # The prefill produces the first token, so it counts once (however many slices it took):
+        # target-only decoding then shows exactly 1.0 tokens per target forward.
+        if last_logits is not None:
             stats.target_forwards += 1
         stats.t_prefill = time.perf_counter() - t0
 

@@ -1,0 +1,56 @@
+"""`dspark-lsp bench` end to end on tiny models: every method runs or is reported skipped, outputs match."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dspark_lsp.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_bench_runs_every_method_on_corpus_prompts(tiny_models: tuple[Path, Path], tmp_path: Path) -> None:
+    target, _draft = tiny_models
+    out = tmp_path / "bench.json"
+    rc = main(
+        [
+            "bench",
+            "--model", str(target),
+            "--draft", "ngram",
+            "--corpus", str(REPO / "bench" / "corpus"),
+            "--humaneval", "none",
+            "--limit", "1",
+            "--max-new-tokens", "8",
+            "--threads", "1",
+            "--methods", "target_only,hf_greedy,hf_prompt_lookup,hf_assisted_heuristic,fixed_k,dspark,dspark_relaxed",
+            "--json", str(out),
+        ]
+    )
+    assert rc == 0
+    report = json.loads(out.read_text())
+    assert report["model"]["target"] == str(target)
+    assert len(report["prompts"]) == 8  # one hole per language in the corpus
+    methods = report["methods"]
+    # No HF assistant for an n-gram pair: reported as skipped, not dropped.
+    assert "skipped" in methods["hf_assisted_heuristic"]
+    for name in ("target_only", "hf_greedy", "fixed_k", "dspark"):
+        m = methods[name]
+        assert m["identical"] is True, name
+        assert m["tokens"] > 0 and m["tokens_per_s"] > 0
+    assert methods["target_only"]["speedup"] == 1.0
+    assert methods["target_only"]["mean_accepted"] == 1.0
+    assert methods["hf_greedy"]["mean_accepted"] is None  # HF does not expose its forward count
+    assert methods["dspark"]["target_forwards"] <= methods["target_only"]["target_forwards"]
+    langs = set(methods["dspark"]["by_language"])
+    assert {"python", "rust", "go", "cpp"} <= langs
+
+
+def test_bench_rejects_unknown_methods(tiny_models: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    target, _ = tiny_models
+    rc = main(["bench", "--model", str(target), "--methods", "target_only,warp_drive", "--humaneval", "none"])
+    assert rc == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "warp_drive" in err[0]
