@@ -78,8 +78,15 @@ def _first_line(exc: BaseException) -> str:
 def _from_pretrained(
     source: Path | str, torch_dtype: torch.dtype, local_only: bool
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    import sys
 
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    # transformers draws a "Loading weights" bar on stderr; only a person at a terminal wants it (in a
+    # language server's log or a script's captured stderr it is noise).
+    if not sys.stderr.isatty():
+        hf_logging.disable_progress_bar()
     tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local_only)
     model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, local_files_only=local_only)
     return model, tokenizer
