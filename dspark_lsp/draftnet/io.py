@@ -35,6 +35,8 @@ def save_draft(
 
 def shipped_drafts() -> list[str]:
     root = resources.files("dspark_lsp") / "drafts"
+    if not root.is_dir():  # an install without shipped drafts
+        return []
     return sorted(p.name for p in root.iterdir() if p.is_dir() and (p / CONFIG).is_file())
 
 
