@@ -5,7 +5,7 @@ Its answers encode what it was asked, so tests can check the server's position h
 characters before it. Model names select behaviours:
   default / fake / fake2: answer at once        slow: one 50 ms round per max_new_tokens, cancellable
   broken: load fails (ModelError)               crash: complete() raises
-  slowload: load takes 1.5 s with progress      multiline: answers "a\\nb"
+  slowload: load takes 6 s with progress        multiline: answers "a\\nb"
   empty: answers ""
 """
 
@@ -98,7 +98,7 @@ class FakeService:
             for i in range(3):
                 if progress:
                     progress(f"step {i + 1}/3", (i + 1) / 3)
-                time.sleep(0.5)
+                time.sleep(2.0)  # long enough that a loaded CI machine still asks before ready
         elif progress:
             progress("fake load", 1.0)
         LOADS += 1
