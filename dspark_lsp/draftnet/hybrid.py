@@ -18,10 +18,12 @@ from dspark_lsp.engine.ngram import NgramDraftSource
 class HybridDraftSource:
     supports_parallel = True
 
-    def __init__(self, model: TrainedDraftSource, lookup: DraftSource | None = None, min_confidence: float = 0.75) -> None:
-        # 0.75 is the n-gram source's confidence for a 2-token match: a 1-token match is mostly noise.
+    def __init__(self, model: TrainedDraftSource, lookup: DraftSource | None = None, min_confidence: float = 0.55) -> None:
+        # 0.55 is the n-gram source's confidence for a 1-token match. Measured on the held-out set (see the
+        # shipped draft's MODEL_CARD.md): trusting even 1-gram matches (2.20 tokens per target forward)
+        # beat requiring 2-gram matches (2.03), because the draft is weaker than a 1-gram copy.
         self.model = model
-        self.lookup = lookup or NgramDraftSource(max_ngram=4, min_ngram=2)
+        self.lookup = lookup or NgramDraftSource(max_ngram=4, min_ngram=1)
         self.min_confidence = min_confidence
         self.name = f"{model.name}+ngram"
 

@@ -157,7 +157,7 @@ def relative_cost(src: TrainedDraftSource, model_dir: str, context: int = 256, r
                 target(torch.tensor([ids[context : context + n]]), past_key_values=cache, use_cache=True,
                        position_ids=torch.arange(context, context + n)[None])
             times[label].append((time.perf_counter() - t) * 1000)
-            cache.crop(context)
+            cache.crop(-n)  # transformers 5 crops by a negative count: drop the n new tokens
         src.propose(ids[:context], 1, parallel=False, tau=0.0)
         for label, parallel, k in (("draft_1", False, 1), ("draft_par4", True, 4)):
             t = time.perf_counter()
@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--draft", default=DEFAULT_DRAFT, help="draft name or directory; 'ngram' = prompt lookup")
     ap.add_argument("--hybrid", action="store_true", help="score the draft behind n-gram lookup (HybridDraftSource)")
-    ap.add_argument("--hybrid-min-conf", type=float, default=0.75,
+    ap.add_argument("--hybrid-min-conf", type=float, default=0.55,
                     help="n-gram confidence needed to skip the model (0.55 = 1-gram, 0.75 = 2-gram matches)")
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--limit", type=int, default=0, help="score only the first N prompts")
