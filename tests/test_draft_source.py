@@ -120,7 +120,7 @@ def test_empty_request_and_unknown_draft() -> None:
 
 
 def test_hybrid_prefers_a_solid_lookup_match_and_falls_back_to_the_model() -> None:
-    from dspark_lsp.draftnet.hybrid import HybridDraftSource
+    from dspark_lsp.engine.model_draft import HybridDraftSource
 
     src = make_source()
     hybrid = HybridDraftSource(src)
@@ -133,7 +133,11 @@ def test_hybrid_prefers_a_solid_lookup_match_and_falls_back_to_the_model() -> No
     q = hybrid.propose(fresh, 3, parallel=True, tau=0.0)
     src.reset()
     assert q.forwards == 1 and q.tokens == src.propose(fresh, 3, parallel=True, tau=0.0).tokens
-    # Sampling needs the draft's distribution q, which lookup does not have: always the model.
+    # Under sampling a lookup match is still free and deterministic (no q: the decode loop treats it
+    # as one-hot); without a match the model samples and returns its distributions.
     g = torch.Generator().manual_seed(0)
     r = hybrid.propose(repeated, 3, parallel=True, tau=0.0, temperature=1.0, generator=g)
-    assert r.forwards == 1 and r.dists is not None and len(r.dists) == len(r)
+    assert r.tokens == [c, d, e] and r.forwards == 0 and r.dists is None
+    src.reset()
+    t = hybrid.propose(fresh, 3, parallel=True, tau=0.0, temperature=1.0, generator=g)
+    assert t.forwards == 1 and t.dists is not None and len(t.dists) == len(t)

@@ -78,14 +78,18 @@ def test_model_draft_pads_a_smaller_vocabulary(random_lm: Any) -> None:
         assert x is not None and x.shape == (V,) and float(x[V - 8 :].sum()) == 0.0
 
 
-def test_hybrid_uses_ngram_for_parallel_steps_and_the_model_otherwise(random_lm: Any) -> None:
+def test_hybrid_uses_ngram_lookup_first_and_the_model_otherwise(random_lm: Any) -> None:
     model = random_lm(4, vocab_size=V, head_scale=16.0)
     hybrid = HybridDraftSource(ModelDraftSource(model, V), NgramDraftSource())
     ctx = [5, 6, 7, 8, 5, 6]
     par = hybrid.propose(ctx, 2, parallel=True, tau=0.9)
     assert par.tokens == [7, 8] and par.forwards == 0
+    # An autoregressive step with a match: one looked-up token, no forward.
     ar = hybrid.propose(ctx, 2, parallel=False, tau=0.0)
-    assert ar.forwards == 1 and len(ar.tokens) == 1
+    assert ar.tokens == [7] and ar.forwards == 0
+    # An autoregressive step without a match: one model forward.
+    ar_miss = hybrid.propose([10, 11, 12], 2, parallel=False, tau=0.0)
+    assert ar_miss.forwards == 1 and len(ar_miss.tokens) == 1
     # No n-gram match: one model step keeps the round from being empty.
     miss = hybrid.propose([30, 31, 32], 3, parallel=True, tau=0.0)
     assert miss.forwards == 1 and len(miss.tokens) == 1

@@ -34,9 +34,11 @@ def test_default_pair() -> None:
     pair = get_pair("default")
     assert pair.target == DEFAULT_TARGET == "qwen2.5-coder-0.5b"
     assert pair.draft_kind in ("model", "ngram", "none")
+    from dspark_lsp.draftnet.io import shipped_drafts
+
     for p in PAIRS.values():
         assert p.target in KNOWN_MODELS
-        assert p.draft is None or p.draft in KNOWN_MODELS
+        assert p.draft is None or p.draft in KNOWN_MODELS or p.draft in shipped_drafts()
 
 
 def test_unknown_names_list_the_known_ones() -> None:

@@ -14,6 +14,13 @@ from dspark_lsp.models.prepare import prepare_model
 from dspark_lsp.models.registry import KNOWN_MODELS, PAIRS, get_model_spec
 
 
+def _is_shipped_draft(name: str) -> bool:
+    """Trained DSpark drafts ship inside the package: there is nothing to prepare for them."""
+    from dspark_lsp.draftnet.io import shipped_drafts
+
+    return name in shipped_drafts()
+
+
 def _models_to_prepare(name: str) -> list[str]:
     """A model name stands for itself; a pair name for its target plus a registry draft model."""
     if name in KNOWN_MODELS:
@@ -25,7 +32,7 @@ def _models_to_prepare(name: str) -> list[str]:
             f"known pairs: {', '.join(sorted(PAIRS))}"
         )
     names = [pair.target]
-    if pair.draft_kind == "model" and pair.draft is not None:
+    if pair.draft_kind == "model" and pair.draft is not None and not _is_shipped_draft(pair.draft):
         names.append(pair.draft)
     unknown = [n for n in names if n not in KNOWN_MODELS]
     if unknown:

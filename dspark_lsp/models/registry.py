@@ -89,9 +89,10 @@ KNOWN_MODELS: dict[str, GGUFModelSpec] = {spec.name: spec for spec in (QWEN_05B,
 
 DEFAULT_TARGET = QWEN_05B.name
 
-# The default pair's draft. Today: n-gram lookup (no trained draft yet). When a trained draft lands,
-# this single line becomes e.g. `("dspark-draft-v1", "model")`.
-DEFAULT_DRAFT: tuple[str | None, DraftKind] = (None, "ngram")
+# The default pair's draft: our trained DSpark draft (shipped in dspark_lsp/drafts/), behind n-gram
+# lookup. On held-out FIM prompts it gave 2.20 tokens per target forward against 2.07 for lookup alone
+# (dspark_lsp/drafts/dspark-draft-qwc05/MODEL_CARD.md).
+DEFAULT_DRAFT: tuple[str | None, DraftKind] = ("dspark-draft-qwc05", "model")
 
 PAIRS: dict[str, PairSpec] = {
     p.name: p
@@ -109,6 +110,13 @@ PAIRS: dict[str, PairSpec] = {
             draft=None,
             draft_kind="ngram",
             description="Qwen2.5-Coder-1.5B target, n-gram drafting",
+        ),
+        PairSpec(
+            name="qwen2.5-coder-1.5b+dspark",
+            target=QWEN_15B.name,
+            draft=DEFAULT_DRAFT[0],
+            draft_kind="model",
+            description="Qwen2.5-Coder-1.5B target, the DSpark draft behind n-gram lookup",
         ),
         PairSpec(
             name="qwen2.5-coder-1.5b+0.5b",

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import torch
 
-from dspark_lsp.draftnet.hybrid import HybridDraftSource
 from dspark_lsp.draftnet.io import DEFAULT_DRAFT
 from dspark_lsp.draftnet.source import TrainedDraftSource, load_draft
 from dspark_lsp.engine.draft import DraftSource
+from dspark_lsp.engine.model_draft import HybridDraftSource
 from dspark_lsp.engine.ngram import NgramDraftSource
 from dspark_lsp.errors import UserError
 from dspark_lsp.training.corpus import collect, default_roots, is_held_out, read_text
@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
             src: DraftSource = NgramDraftSource()
         elif a.hybrid:
             src = HybridDraftSource(load_draft(a.draft), NgramDraftSource(max_ngram=4, min_ngram=1),
-                                    min_confidence=a.hybrid_min_conf)
+                                    min_lookup_confidence=a.hybrid_min_conf)
         else:
             src = load_draft(a.draft)
         result: dict[str, object] = {"draft": a.draft, "prompts": len(data["items"]),
