@@ -8,6 +8,8 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from dspark_lsp.errors import UserError
+
 HUMANEVAL_FILES = {
     "single": "HumanEval-SingleLineInfilling.jsonl.gz",
     "multi": "HumanEval-MultiLineInfilling.jsonl.gz",
@@ -49,7 +51,7 @@ def humaneval_prompts(directory: Path, sets: list[str], limit: int, seed: int) -
     for name in sets:
         fname = HUMANEVAL_FILES.get(name)
         if fname is None:
-            raise ValueError(f"unknown HumanEval set {name!r}; use {', '.join(HUMANEVAL_FILES)}")
+            raise UserError(f"unknown HumanEval set {name!r}; use {', '.join(HUMANEVAL_FILES)}")
         with gzip.open(directory / fname, "rt", encoding="utf-8") as fh:
             rows = [json.loads(line) for line in fh if line.strip()]
         rng = random.Random(f"{seed}-{name}")
@@ -83,7 +85,7 @@ def corpus_prompts(directory: Path, limit: int, seed: int) -> list[BenchPrompt]:
         p for p in directory.rglob("*") if p.is_file() and p.suffix in CODE_EXTENSIONS and p.stat().st_size < 400_000
     )
     if not files:
-        raise ValueError(f"no source files ({', '.join(sorted(CODE_EXTENSIONS))}) under {directory}")
+        raise UserError(f"no source files ({', '.join(sorted(CODE_EXTENSIONS))}) under {directory}")
     from dspark_lsp.syntax import detect_language
 
     by_ext: dict[str, list[Path]] = {}
