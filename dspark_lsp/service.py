@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
-from dspark_lsp.engine.costs import cost_profile
+from dspark_lsp.engine.costs import cost_profile, measure_verify_cost
 from dspark_lsp.engine.decode import SpeculativeDecoder
 from dspark_lsp.engine.draft import DraftSource
 from dspark_lsp.engine.model_draft import HybridDraftSource, ModelDraftSource
@@ -49,6 +49,7 @@ class ServiceConfig:
     completion_cache: bool = True
     draft_mode: str = "semi"
     temperature: float = 0.0
+    calibrate: bool = True
 
     # camelCase LSP setting -> field name
     SETTINGS = {
@@ -69,6 +70,7 @@ class ServiceConfig:
         "completionCache": "completion_cache",
         "draftMode": "draft_mode",
         "temperature": "temperature",
+        "calibrate": "calibrate",
     }
 
     def problems(self) -> list[str]:
@@ -98,7 +100,7 @@ class ServiceConfig:
             out.append("draftMode must be semi, ar or parallel")
         if not _is_num(self.temperature) or not 0.0 <= self.temperature <= 2.0:
             out.append("temperature must be a number in [0, 2]")
-        for name in ("relaxed", "prefix_reuse", "completion_cache"):
+        for name in ("relaxed", "prefix_reuse", "completion_cache", "calibrate"):
             if not isinstance(getattr(self, name), bool):
                 out.append(f"{name} must be true or false")
         return out
@@ -229,7 +231,11 @@ class CompletionService:
         self._sched_state: OrderedDict[str, tuple[float, ...]] = OrderedDict()
         self._lock = threading.Lock()
         param = next(target.parameters())
-        self.verify_cost_ms = cost_profile(str(param.device), str(param.dtype))
+        # The scheduler needs this machine's verify-cost curve: measured here (about a second for the
+        # 0.5B on a CPU), or the published profile for the device when calibration is off.
+        self.verify_cost_ms = (
+            measure_verify_cost(target) if config.calibrate else cost_profile(str(param.device), str(param.dtype))
+        )
 
     # ------------------------------------------------------------------------------------- loading
     @classmethod

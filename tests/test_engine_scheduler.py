@@ -47,10 +47,12 @@ def test_k_and_tau_stay_in_their_ranges(config: SchedulerConfig, rounds: list[tu
     sched = ConfidenceScheduler(config)
     for proposed, accepted in rounds:
         k = sched.next_k()
-        assert config.k_min <= k <= config.k_max
+        # 0 = "no draft this round": only the cost-aware rule may say so (drafting would not pay).
+        assert config.k_min <= k <= config.k_max or (k == 0 and config.verify_cost_ms is not None)
         assert config.tau_min - 1e-12 <= sched.tau <= config.tau_max + 1e-12
         sched.update(proposed, min(accepted, proposed))
-    assert config.k_min <= sched.next_k() <= config.k_max
+    last = sched.next_k()
+    assert config.k_min <= last <= config.k_max or (last == 0 and config.verify_cost_ms is not None)
     assert len(sched.k_trace) == len(sched.tau_trace) == len(rounds) + 1
 
 
@@ -164,8 +166,9 @@ def test_cost_aware_k_follows_the_acceptance_rate() -> None:
 
 @pytest.mark.parametrize("table", COST_TABLES)
 def test_cost_aware_k_is_the_best_value_for_its_rate(table: dict[int, float]) -> None:
-    """Brute force: the chosen k maximises E[tokens] / cost(k + 1) over [k_min, k_max], where
-    E[tokens] = 1 + r + ... + r^k and the cost is interpolated (extrapolated linearly past the table)."""
+    """Brute force: the chosen k maximises E[tokens] / cost(k + 1) over {0} and [k_min, k_max], where
+    E[tokens] = 1 + r + ... + r^k and the cost is interpolated (extrapolated linearly past the table);
+    k = 0 (no draft) wins only when no draft length pays for its verification."""
 
     def cost(n: int) -> float:
         keys = sorted(table)
@@ -181,7 +184,7 @@ def test_cost_aware_k_is_the_best_value_for_its_rate(table: dict[int, float]) ->
         sched = ConfidenceScheduler(
             SchedulerConfig(k_min=1, k_max=7, verify_cost_ms=table, accept_rate_start=rate)
         )
-        values = {k: sum(rate**j for j in range(k + 1)) / cost(k + 1) for k in range(1, 8)}
+        values = {k: sum(rate**j for j in range(k + 1)) / cost(k + 1) for k in range(0, 8)}
         assert values[sched.next_k()] == pytest.approx(max(values.values()), rel=1e-9)
 
 
@@ -242,3 +245,16 @@ def test_fixed_k_in_the_decode_loop(target: Any, fixed_k: int) -> None:
     assert res.stats.proposed <= fixed_k * len(res.stats.k_trace)
     if fixed_k == 0:
         assert res.stats.proposed == 0 and res.stats.target_forwards == 30
+
+
+def test_cost_aware_drafts_nothing_when_verifying_costs_more_than_it_saves() -> None:
+    # A CPU where 2 tokens cost twice one and acceptance is poor: no draft, except a periodic probe.
+    costly = SchedulerConfig(verify_cost_ms={1: 100.0, 2: 200.0, 4: 180.0, 8: 200.0}, accept_rate_start=0.2)
+    sched = ConfidenceScheduler(costly)
+    ks = [sched.next_k() for _ in range(8)]
+    assert ks.count(0) == 6 and all(k >= costly.k_min for k in ks if k)
+    assert not sched.worth(1)
+    # Where verification is nearly free, the same poor acceptance still drafts every round.
+    cheap = SchedulerConfig(verify_cost_ms={1: 100.0, 8: 104.0}, accept_rate_start=0.2)
+    sched = ConfidenceScheduler(cheap)
+    assert all(sched.next_k() >= 1 for _ in range(8)) and sched.worth(1)

@@ -23,7 +23,7 @@ import torch
 
 from dspark_lsp.bench.prompts import BenchPrompt, corpus_prompts, find_humaneval_dir, humaneval_prompts
 from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
-from dspark_lsp.engine.costs import cost_profile
+from dspark_lsp.engine.costs import measure_verify_cost
 from dspark_lsp.engine.decode import SpeculativeDecoder
 from dspark_lsp.engine.draft import DraftSource
 from dspark_lsp.engine.model_draft import HybridDraftSource, ModelDraftSource
@@ -174,8 +174,10 @@ def run_bench(args: argparse.Namespace) -> int:
         return lambda ids: bool(tracker.is_key_next(decode_text(ids)))
 
     decoder = SpeculativeDecoder(target)  # no prefix cache: every method prefills every prompt
-    param = next(target.parameters())
-    verify_cost = cost_profile(str(param.device), str(param.dtype))
+    # The same calibration the server does at load: this machine's verify-cost curve.
+    verify_cost = measure_verify_cost(target)
+    log(f"verify cost (ms per forward of n tokens): {verify_cost}")
+    args.verify_cost_ms = {str(k): v for k, v in verify_cost.items()}
     results = {m: MethodResult(m) for m in methods}
     has_parallel_model = draft is not None and getattr(draft, "supports_parallel", False) and not isinstance(
         draft, NgramDraftSource
@@ -404,6 +406,7 @@ def _report(
             "fixed_k": args.fixed_k,
             "threads": torch.get_num_threads(),
             "dtype": args.dtype,
+            "verify_cost_ms": getattr(args, "verify_cost_ms", None),
         },
         "prompts": [{"id": p.prompt.id, "source": p.prompt.source, "language": p.language, "prompt_tokens": len(p.ids)} for p in prepared],
         "methods": methods,

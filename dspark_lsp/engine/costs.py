@@ -8,6 +8,8 @@ On a GPU a forward of up to 8 tokens costs about the same as one.
 
 from __future__ import annotations
 
+from typing import Any
+
 COST_CPU_FP32: dict[int, float] = {1: 128.0, 2: 126.0, 4: 245.0, 6: 230.0, 8: 265.0}
 COST_CPU_BF16: dict[int, float] = {1: 120.0, 2: 125.0, 4: 141.0, 6: 167.0, 8: 187.0}
 COST_GPU: dict[int, float] = {1: 1.0, 4: 1.02, 8: 1.05}
@@ -19,3 +21,35 @@ def cost_profile(device: str, dtype_name: str) -> dict[int, float]:
     if "bfloat16" in dtype_name or "float16" in dtype_name:
         return dict(COST_CPU_BF16)
     return dict(COST_CPU_FP32)
+
+
+def measure_verify_cost(
+    model: Any, context: int = 128, sizes: tuple[int, ...] = (1, 2, 3, 4, 6, 8), repeats: int = 3
+) -> dict[int, float]:
+    """Median ms of one forward of n tokens on a ``context``-token KV cache, measured on this machine.
+
+    The shape of this curve decides whether drafting pays at all: DESIGN.md's machine verified 2 tokens
+    for the price of 1, but we have measured CPUs where 2 tokens cost twice as much (GEMM with a tiny M
+    dimension is a poor kernel there). A second or two at load time buys the right schedule.
+    """
+    import time
+
+    from dspark_lsp.engine.kv import crop, forward, new_cache
+
+    vocab = int(getattr(model.config, "vocab_size", 1000))
+    ids = [(i * 7919) % max(2, min(vocab, 50_000)) for i in range(context + max(sizes))]
+    cache = new_cache(model)
+    forward(model, ids[:context], cache)
+    forward(model, ids[context : context + 1], cache)  # warm the decode path once
+    crop(cache, context)
+    out: dict[int, float] = {}
+    for n in sizes:
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            forward(model, ids[context : context + n], cache)
+            times.append((time.perf_counter() - t0) * 1000)
+            crop(cache, context)
+        times.sort()
+        out[n] = round(times[len(times) // 2], 3)
+    return out

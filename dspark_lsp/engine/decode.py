@@ -267,6 +267,9 @@ class SpeculativeDecoder:
                     td = time.perf_counter()
                     proposal = self._draft(draft, ids, generated, k, sched.tau, config, is_key, stats, generator)
                     stats.t_draft += time.perf_counter() - td
+                    if not sched.worth(len(proposal.tokens)):
+                        # Cut short by tau to a length whose verify costs more than it can save.
+                        proposal = Proposal()
             tv = time.perf_counter()
             base = cache_len(cache)
             logits = forward(self.target, [ids[-1]] + proposal.tokens, cache)

@@ -22,6 +22,7 @@ class ConfidenceScheduler:
         self._reject_run = 0
         self._accept_run = 0
         self._rate = config.accept_rate_start
+        self._idle = 0
         self.k_trace: list[int] = []
         self.tau_trace: list[float] = []
 
@@ -49,6 +50,17 @@ class ConfidenceScheduler:
                 return table[a] + (table[b] - table[a]) * (n - a) / (b - a)
         return table[keys[-1]]
 
+    def _value(self, k: int) -> float:
+        """Expected tokens per ms of verify for a draft of k tokens at the running acceptance rate."""
+        r = min(max(self._rate, 0.0), 0.999)
+        return (1.0 + sum(r**j for j in range(1, k + 1))) / self._cost(k + 1)
+
+    def worth(self, proposed: int) -> bool:
+        """Cost-aware mode: is verifying a draft of this length better than no draft at all?"""
+        if not self.config.verify_cost_ms or proposed == 0:
+            return True
+        return self._value(proposed) >= self._value(0)
+
     def _cost_aware_k(self) -> int:
         """argmax over k of E[tokens per round] / cost(k + 1), with geometric acceptance at rate r.
 
@@ -65,6 +77,15 @@ class ConfidenceScheduler:
             value = expected / self._cost(k + 1)
             if value > best + 1e-12:
                 best_k, best = k, value
+        # When even the cheapest draft costs more than it is expected to save (a CPU where verifying 2
+        # tokens costs twice one), draft nothing; every 4th such round still probes with k_min so the
+        # acceptance estimate can recover when the text turns repetitive.
+        if self._value(0) > best:
+            self._idle += 1
+            if self._idle % 4 != 0:
+                return 0
+        else:
+            self._idle = 0
         return best_k
 
     def update(self, proposed: int, accepted: int) -> None:
