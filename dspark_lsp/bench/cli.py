@@ -46,6 +46,9 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     p.add_argument("--lsp", action="store_true", help="replay typing through the real server over stdio")
     p.add_argument("--lsp-file", default=None, help="file typed by the --lsp replay (default: a project source)")
     p.add_argument("--lsp-chars", type=int, default=300, help="characters typed by the --lsp replay")
+    p.add_argument(
+        "--lsp-documents", type=int, default=0, help="--lsp: first open, complete in and close N other documents"
+    )
     p.add_argument("--lsp-no-compare", action="store_true", help="--lsp: only the run with prefix reuse on")
     p.add_argument("--cache-dir", default=None)
     p.set_defaults(func=_run)

@@ -284,7 +284,9 @@ def _run_lsp(args: argparse.Namespace) -> int:
     file = Path(args.lsp_file) if args.lsp_file else Path(__file__).resolve().parents[1] / "prompt.py"
     if not file.is_file():
         raise UserError(f"{file}: no such file to replay")
-    cfg = ReplayConfig(file=file, settings=settings, max_chars=args.lsp_chars, seed=args.seed)
+    cfg = ReplayConfig(
+        file=file, settings=settings, max_chars=args.lsp_chars, seed=args.seed, extra_documents=args.lsp_documents
+    )
     report: dict[str, Any] = compare_reuse(cfg) if not args.lsp_no_compare else asdict(run_replay(cfg))
     report["file"] = str(file)
     print(json.dumps(report, indent=2))
