@@ -38,7 +38,9 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     p.add_argument("--methods", default=",".join(m for m in METHODS if m not in ("draft_ar_only", "draft_parallel_only")))
     p.add_argument("--fixed-k", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="target (and draft) dtype")
+    p.add_argument(
+        "--dtype", default="auto", choices=["auto", "float32", "bfloat16"], help="target dtype (auto: as the server)"
+    )
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     p.add_argument("--json", dest="json_out", default=None, metavar="OUT", help="write results as JSON")
     p.add_argument("--forward-cost", action="store_true", help="also time target/draft forwards of n tokens")

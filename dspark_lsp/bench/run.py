@@ -178,6 +178,7 @@ def run_bench(args: argparse.Namespace) -> int:
     verify_cost = measure_verify_cost(target)
     log(f"verify cost (ms per forward of n tokens): {verify_cost}")
     args.verify_cost_ms = {str(k): v for k, v in verify_cost.items()}
+    args.resolved_dtype = str(next(target.parameters()).dtype).replace("torch.", "")
     results = {m: MethodResult(m) for m in methods}
     has_parallel_model = draft is not None and getattr(draft, "supports_parallel", False) and not isinstance(
         draft, NgramDraftSource
@@ -407,7 +408,7 @@ def _report(
             "seed": args.seed,
             "fixed_k": args.fixed_k,
             "threads": torch.get_num_threads(),
-            "dtype": args.dtype,
+            "dtype": getattr(args, "resolved_dtype", args.dtype),
             "verify_cost_ms": getattr(args, "verify_cost_ms", None),
         },
         "prompts": [{"id": p.prompt.id, "source": p.prompt.source, "language": p.language, "prompt_tokens": len(p.ids)} for p in prepared],

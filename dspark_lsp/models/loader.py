@@ -56,12 +56,33 @@ def pick_device(device: str) -> str:
     return device
 
 
+def cpu_has_native_bf16() -> bool:
+    """True when the CPU has bf16 dot-product instructions (AVX512-BF16 or AMX), read from /proc/cpuinfo."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return bool(flags & {"avx512_bf16", "amx_bf16"})
+    except OSError:
+        pass
+    return False
+
+
 def pick_dtype(dtype: str, device: str) -> torch.dtype:
-    """'auto' -> float32 on CPU (bf16 matmuls are not faster there for every op), bfloat16 on CUDA."""
+    """'auto' -> bfloat16 on CUDA and on CPUs with native bf16 instructions, else float32.
+
+    Measured on our 2-core AVX512-BF16 CI machine (Qwen2.5-Coder-0.5B, context 256): one bf16 forward
+    takes 77 ms for 1 token and 82 ms for 4, against 144 ms and 266 ms in fp32, whose small-batch GEMM
+    path there costs twice the 1-token GEMV. bf16 both halves plain decoding time and makes verifying a
+    draft nearly free. Without native bf16 the emulation is slower than fp32, hence the check.
+    """
     import torch
 
     if dtype == "auto":
-        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+        if device.startswith("cuda"):
+            return torch.bfloat16
+        return torch.bfloat16 if device == "cpu" and cpu_has_native_bf16() else torch.float32
     table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
              "float16": torch.float16, "fp16": torch.float16}
     try:
