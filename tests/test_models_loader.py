@@ -69,11 +69,8 @@ def test_load_tiny_model_eval_no_grad(tiny_dir: Path) -> None:
     model, tokenizer = load_causal_lm(str(tiny_dir))
     assert not model.training
     assert all(not p.requires_grad for p in model.parameters())
-    from dspark_lsp.models.loader import cpu_has_native_bf16
-
-    # "auto" on CPU: bf16 where the CPU has native bf16 instructions, else fp32.
-    expected = torch.bfloat16 if cpu_has_native_bf16() else torch.float32
-    assert next(model.parameters()).dtype == expected
+    # "auto" on CPU is fp32: bf16 verification is not bit-identical to one-token decoding.
+    assert next(model.parameters()).dtype == torch.float32
     ids = tokenizer("def add(a, b):", return_tensors="pt").input_ids
     assert model(ids).logits.shape[-1] == model.config.vocab_size
     model16, _ = load_causal_lm(str(tiny_dir), dtype="bf16")

@@ -29,6 +29,7 @@ from dspark_lsp.engine.draft import DraftSource
 from dspark_lsp.engine.model_draft import HybridDraftSource, ModelDraftSource
 from dspark_lsp.engine.ngram import NgramDraftSource
 from dspark_lsp.errors import UserError
+from dspark_lsp.models.loader import cpu_has_native_bf16
 from dspark_lsp.prompt import build_fim_prompt
 
 
@@ -409,6 +410,7 @@ def _report(
             "fixed_k": args.fixed_k,
             "threads": torch.get_num_threads(),
             "dtype": getattr(args, "resolved_dtype", args.dtype),
+            "cpu_native_bf16": cpu_has_native_bf16(),
             "verify_cost_ms": getattr(args, "verify_cost_ms", None),
         },
         "prompts": [{"id": p.prompt.id, "source": p.prompt.source, "language": p.language, "prompt_tokens": len(p.ids)} for p in prepared],
