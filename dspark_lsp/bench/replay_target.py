@@ -16,6 +16,8 @@ import torch
 from torch import nn
 from transformers import DynamicCache
 
+from dspark_lsp.engine.costs import interpolate_cost
+
 
 @dataclass
 class _Cfg:
@@ -61,18 +63,5 @@ class ReplayTarget(nn.Module):
 
 
 def estimated_ms(forward_sizes: list[int], cost_ms: dict[int, float]) -> float:
-    """Total ms for a list of forward sizes under a cost table (linear interpolation, clamped)."""
-    keys = sorted(cost_ms)
-
-    def cost(n: int) -> float:
-        if n <= keys[0]:
-            return cost_ms[keys[0]]
-        if n >= keys[-1]:
-            return cost_ms[keys[-1]] * n / keys[-1]
-        for a, b in zip(keys, keys[1:], strict=False):
-            if a <= n <= b:
-                return cost_ms[a] + (cost_ms[b] - cost_ms[a]) * (n - a) / (b - a)
-        return cost_ms[keys[-1]]
-
-    return sum(cost(n) for n in forward_sizes)
-
+    """Total ms for a list of forward sizes under a cost table (see engine.costs.interpolate_cost)."""
+    return sum(interpolate_cost(cost_ms, n) for n in forward_sizes)

@@ -178,8 +178,6 @@ def run_bench(args: argparse.Namespace) -> int:
     # The same calibration the server does at load: this machine's verify-cost curve.
     verify_cost = measure_verify_cost(target)
     log(f"verify cost (ms per forward of n tokens): {verify_cost}")
-    args.verify_cost_ms = {str(k): v for k, v in verify_cost.items()}
-    args.resolved_dtype = str(next(target.parameters()).dtype).replace("torch.", "")
     results = {m: MethodResult(m) for m in methods}
     has_parallel_model = draft is not None and getattr(draft, "supports_parallel", False) and not isinstance(
         draft, NgramDraftSource
@@ -258,7 +256,8 @@ def run_bench(args: argparse.Namespace) -> int:
         done = results["target_only"]
         log(f"[{i + 1}/{len(prepared)}] {pp.prompt.id}: target_only {done.per_prompt_seconds[-1]:.1f}s")
 
-    report = _report(args, pair, assistant_name, prepared, results)
+    dtype_name = str(next(target.parameters()).dtype).replace("torch.", "")
+    report = _report(args, pair, assistant_name, prepared, results, verify_cost, dtype_name)
     if args.forward_cost:
         report["forward_cost_ms"] = _forward_costs(target, draft, context=args.context_window)
     if args.syntax:
@@ -363,6 +362,8 @@ def _report(
     assistant_name: str | None,
     prepared: list[Prepared],
     results: dict[str, MethodResult],
+    verify_cost: dict[int, float],
+    dtype_name: str,
 ) -> dict[str, Any]:
     base = results["target_only"]
     base_tps = base.tokens / base.seconds if base.seconds else 0.0
@@ -409,9 +410,9 @@ def _report(
             "seed": args.seed,
             "fixed_k": args.fixed_k,
             "threads": torch.get_num_threads(),
-            "dtype": getattr(args, "resolved_dtype", args.dtype),
+            "dtype": dtype_name,
             "cpu_native_bf16": cpu_has_native_bf16(),
-            "verify_cost_ms": getattr(args, "verify_cost_ms", None),
+            "verify_cost_ms": {str(k): v for k, v in verify_cost.items()},
         },
         "prompts": [{"id": p.prompt.id, "source": p.prompt.source, "language": p.language, "prompt_tokens": len(p.ids)} for p in prepared],
         "methods": methods,

@@ -15,6 +15,19 @@ COST_CPU_BF16: dict[int, float] = {1: 120.0, 2: 125.0, 4: 141.0, 6: 167.0, 8: 18
 COST_GPU: dict[int, float] = {1: 1.0, 4: 1.02, 8: 1.05}
 
 
+def interpolate_cost(table: dict[int, float], n: int) -> float:
+    """Cost of a forward of n tokens from a table: linear between entries, proportional past the last."""
+    keys = sorted(table)
+    if n <= keys[0]:
+        return table[keys[0]]
+    if n >= keys[-1]:
+        return table[keys[-1]] * n / keys[-1]
+    for a, b in zip(keys, keys[1:], strict=False):
+        if a <= n <= b:
+            return table[a] + (table[b] - table[a]) * (n - a) / (b - a)
+    return table[keys[-1]]
+
+
 def cost_profile(device: str, dtype_name: str) -> dict[int, float]:
     if device.startswith("cuda") or device == "mps":
         return dict(COST_GPU)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dspark_lsp.engine.config import SchedulerConfig
+from dspark_lsp.engine.costs import interpolate_cost
 
 
 class ConfidenceScheduler:
@@ -39,16 +40,7 @@ class ConfidenceScheduler:
         return k
 
     def _cost(self, n: int) -> float:
-        table = self.config.verify_cost_ms or {1: 1.0}
-        keys = sorted(table)
-        if n <= keys[0]:
-            return table[keys[0]]
-        if n >= keys[-1]:
-            return table[keys[-1]] * n / keys[-1]
-        for a, b in zip(keys, keys[1:], strict=False):
-            if a <= n <= b:
-                return table[a] + (table[b] - table[a]) * (n - a) / (b - a)
-        return table[keys[-1]]
+        return interpolate_cost(self.config.verify_cost_ms or {1: 1.0}, n)
 
     def _value(self, k: int) -> float:
         """Expected tokens per ms of verify for a draft of k tokens at the running acceptance rate."""
