@@ -187,6 +187,9 @@ async def test_multiline_completion_uses_the_documents_line_ending(client: Langu
 
 async def test_request_before_ready_is_empty_not_an_error(client: LanguageClient) -> None:
     await start(client, {"model": "slowload"})
+    # The server has taken `initialized` (and started loading) once it reports "loading"; a request
+    # before that is also answered empty, but only the worker's requests show in its counters.
+    await wait_status(client, "loading")
     open_doc(client, "x = ")
     assert await inline(client, 0, 4) == []
     await wait_status(client, "ready")
