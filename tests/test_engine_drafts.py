@@ -94,3 +94,28 @@ def test_hybrid_uses_ngram_lookup_first_and_the_model_otherwise(random_lm: Any) 
     miss = hybrid.propose([30, 31, 32], 3, parallel=True, tau=0.0)
     assert miss.forwards == 1 and len(miss.tokens) == 1
     assert hybrid.name.endswith("+ngram")
+
+
+def _scan_reference(ctx: list[int], corpus: list[int], want: int, max_n: int = 4) -> list[int]:
+    """What the lookup must return: the latest earlier match in the context, else in the corpus."""
+    for n in range(min(max_n, len(ctx)), 0, -1):
+        pat = ctx[-n:]
+        hits = [i + n for i in range(len(ctx) - 1 - n, -1, -1) if ctx[i : i + n] == pat]
+        source = ctx
+        if not hits:
+            hits = [i + n for i in range(len(corpus) - n, -1, -1) if corpus[i : i + n] == pat]
+            source = corpus
+        if hits and source[hits[0] : hits[0] + want]:
+            return source[hits[0] : hits[0] + want]
+    return []
+
+
+def test_indexed_corpus_lookup_equals_a_linear_scan() -> None:
+    import random
+
+    rng = random.Random(7)
+    for _ in range(300):
+        corpus = [rng.randrange(6) for _ in range(rng.randint(0, 60))]
+        ctx = [rng.randrange(6) for _ in range(rng.randint(1, 12))]
+        got = NgramDraftSource(extra_corpus=corpus).propose(ctx, 3, parallel=True, tau=0.9).tokens
+        assert got == _scan_reference(ctx, corpus, 3), (corpus, ctx)

@@ -16,14 +16,7 @@ from dspark_lsp.draftnet.io import DEFAULT_DRAFT, load_draft_net
 from dspark_lsp.draftnet.model import DraftNet, KVCache
 from dspark_lsp.draftnet.vocab import MASK_ID, N_RESERVED, DraftVocab
 from dspark_lsp.engine.draft import Proposal
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+from dspark_lsp.engine.prefix_cache import common_prefix_len
 
 
 class TrainedDraftSource:
@@ -60,7 +53,7 @@ class TrainedDraftSource:
         if start != self._offset:
             self.reset()
             self._offset = start
-        keep = min(_common_prefix(self._seen, window), len(window) - 1)
+        keep = min(common_prefix_len(self._seen, window), len(window) - 1)
         self._cache.crop(keep)
         new = window[keep:]
         logits = self._forward(new, keep)
@@ -138,7 +131,7 @@ class TrainedDraftSource:
         if start != self._offset:
             self.reset()
             self._offset = start
-        keep = min(_common_prefix(self._seen, window), len(window) - 1)
+        keep = min(common_prefix_len(self._seen, window), len(window) - 1)
         self._cache.crop(keep)
         logits = self._forward(window[keep:], keep, n_masks=n - 1)[-n:]
         self._cache.crop(len(window))  # the masks' keys/values are not context: drop them

@@ -37,7 +37,11 @@ def cost_profile(device: str, dtype_name: str) -> dict[int, float]:
 
 
 def measure_verify_cost(
-    model: Any, context: int = 128, sizes: tuple[int, ...] = (1, 2, 4, 8), repeats: int = 3
+    model: Any,
+    context: int = 128,
+    sizes: tuple[int, ...] = (1, 2, 4, 8),
+    repeats: int = 3,
+    monotone: bool = True,
 ) -> dict[int, float]:
     """Fastest of ``repeats`` ms of one forward of n tokens on a ``context``-token KV cache, measured on this machine.
 
@@ -65,6 +69,8 @@ def measure_verify_cost(
             crop(cache, context)
         # The minimum, not the median: on a shared machine interference only ever adds time.
         out[n] = round(min(times), 3)
+    if not monotone:  # the raw figures, for reports
+        return out
     # More tokens never cost less: a noisy dip would make the scheduler draft longer than it should.
     running = 0.0
     for n in sorted(out):

@@ -21,7 +21,22 @@ class NgramDraftSource:
             raise ValueError("need 1 <= min_ngram <= max_ngram")
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
-        self.extra_corpus: list[int] = list(extra_corpus or [])
+        self.extra_corpus = list(extra_corpus or [])
+
+    @property
+    def extra_corpus(self) -> list[int]:
+        return self._extra
+
+    @extra_corpus.setter
+    def extra_corpus(self, tokens: list[int]) -> None:
+        # The corpus (up to thousands of tokens of the document outside the prompt window) is set once
+        # per request but searched at every draft step: index each n-gram's latest continuation once
+        # rather than scanning the whole corpus on the decode hot path.
+        self._extra = list(tokens)
+        self._extra_index: dict[tuple[int, ...], int] = {}
+        for n in range(self.min_ngram, self.max_ngram + 1):
+            for i in range(len(self._extra) - n + 1):
+                self._extra_index[tuple(self._extra[i : i + n])] = i + n
 
     def reset(self) -> None:
         pass
@@ -59,9 +74,9 @@ class NgramDraftSource:
             # The context itself, excluding the trailing occurrence that is the pattern.
             start = self._lookup(context, pattern, len(context) - 1)
             source = context
-            if start is None and self.extra_corpus:
-                start = self._lookup(self.extra_corpus, pattern, len(self.extra_corpus))
-                source = self.extra_corpus
+            if start is None and self._extra:
+                start = self._extra_index.get(tuple(pattern))
+                source = self._extra
             if start is None:
                 continue
             tokens = source[start : start + want]
