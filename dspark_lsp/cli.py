@@ -35,6 +35,9 @@ def _add_complete_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser
     p.add_argument("--draft", default=None, help="draft override: ngram, none, or a draft model")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto")
+    p.add_argument(
+        "--pack", choices=["auto", "on", "off"], default="auto", help="pre-pack linear layers for the CPU (auto: on CPU)"
+    )
     p.add_argument("--multiline", choices=["auto", "always", "never"], default="auto")
     p.add_argument("--context-window", type=int, default=256)
     p.add_argument("--cache-dir", default=None)
@@ -56,6 +59,7 @@ def cmd_complete(args: argparse.Namespace) -> int:
         draft_model=args.draft,
         device=args.device,
         dtype=args.dtype,
+        pack_weights=args.pack,
         multiline=args.multiline,
         context_window=args.context_window,
         cache_dir=args.cache_dir,

@@ -23,6 +23,7 @@ from dspark_lsp.engine.model_draft import HybridDraftSource, ModelDraftSource
 from dspark_lsp.engine.ngram import NgramDraftSource
 from dspark_lsp.engine.prefix_cache import PrefixCache
 from dspark_lsp.errors import UserError
+from dspark_lsp.models.packing import is_packed
 from dspark_lsp.prompt import build_fim_prompt
 
 Progress = Callable[[str, float | None], None]
@@ -50,6 +51,8 @@ class ServiceConfig:
     draft_mode: str = "semi"
     temperature: float = 0.0
     calibrate: bool = True
+    # Pre-pack linear layers for the CPU (models.packing): auto/on/off.
+    pack_weights: str = "auto"
 
     # camelCase LSP setting -> field name
     SETTINGS = {
@@ -71,6 +74,7 @@ class ServiceConfig:
         "draftMode": "draft_mode",
         "temperature": "temperature",
         "calibrate": "calibrate",
+        "packWeights": "pack_weights",
     }
 
     def problems(self) -> list[str]:
@@ -96,6 +100,8 @@ class ServiceConfig:
             out.append("prefixShare must be a number in [0.1, 1]")
         if self.multiline not in _MULTILINE:
             out.append(f"multiline must be one of {', '.join(_MULTILINE)}")
+        if self.pack_weights not in ("auto", "on", "off"):
+            out.append(f"packWeights {self.pack_weights!r} is not one of auto, on, off")
         if self.draft_mode not in ("semi", "ar", "parallel"):
             out.append("draftMode must be semi, ar or parallel")
         if not _is_num(self.temperature) or not 0.0 <= self.temperature <= 2.0:
@@ -135,7 +141,7 @@ class ServiceConfig:
 
     def needs_reload(self, other: ServiceConfig) -> bool:
         return any(
-            getattr(self, f) != getattr(other, f) for f in ("model", "draft_model", "device", "dtype", "cache_dir")
+            getattr(self, f) != getattr(other, f) for f in ("model", "draft_model", "device", "dtype", "cache_dir", "pack_weights")
         )
 
     def decode_config(
@@ -234,7 +240,9 @@ class CompletionService:
         # The scheduler needs this machine's verify-cost curve: measured here (about a second for the
         # 0.5B on a CPU), or the published profile for the device when calibration is off.
         self.verify_cost_ms = (
-            measure_verify_cost(target) if config.calibrate else cost_profile(str(param.device), str(param.dtype))
+            measure_verify_cost(target)
+            if config.calibrate
+            else cost_profile(str(param.device), str(param.dtype), packed=is_packed(target))
         )
 
     # ------------------------------------------------------------------------------------- loading
@@ -249,7 +257,9 @@ class CompletionService:
         pair = pair_for(config.model, config.draft_model)
         if progress:
             progress(f"loading target {pair.target}", 0.0)
-        target, tokenizer = load_causal_lm(pair.target, device=config.device, dtype=config.dtype, cache_root=config.cache_dir)
+        target, tokenizer = load_causal_lm(
+            pair.target, device=config.device, dtype=config.dtype, cache_root=config.cache_dir, pack=config.pack_weights
+        )
         draft: DraftSource | None
         if pair.draft_kind == "none":
             draft = None
@@ -497,7 +507,9 @@ def load_draft_source(spec: str, target: Any, config: ServiceConfig) -> DraftSou
         return HybridDraftSource(load_draft(spec))
     from dspark_lsp.models.loader import load_causal_lm
 
-    model, _tok = load_causal_lm(spec, device=config.device, dtype=config.dtype, cache_root=config.cache_dir)
+    model, _tok = load_causal_lm(
+        spec, device=config.device, dtype=config.dtype, cache_root=config.cache_dir, pack=config.pack_weights
+    )
     return HybridDraftSource(ModelDraftSource(model, int(target.config.vocab_size), name=spec))
 
 

@@ -108,6 +108,7 @@ def run_bench(args: argparse.Namespace) -> int:
         return _run_lsp(args)
     from dspark_lsp.models.fim import detect_fim_tokens
     from dspark_lsp.models.loader import load_causal_lm
+    from dspark_lsp.models.packing import is_packed
     from dspark_lsp.models.registry import pair_for
     from dspark_lsp.service import ServiceConfig, load_draft_source
     from dspark_lsp.syntax import SyntaxDocument, detect_language
@@ -124,10 +125,15 @@ def run_bench(args: argparse.Namespace) -> int:
     pair = pair_for(args.model, args.draft)
     log = _log
     log(f"loading target {pair.target}")
-    target, tokenizer = load_causal_lm(pair.target, device="cpu", dtype=args.dtype, cache_root=args.cache_dir)
+    target, tokenizer = load_causal_lm(
+        pair.target, device="cpu", dtype=args.dtype, cache_root=args.cache_dir, pack=args.pack
+    )
     fim = detect_fim_tokens(tokenizer)
     eos = _eos(fim)
-    cfg = ServiceConfig(model=args.model, draft_model=args.draft, device="cpu", dtype=args.dtype, cache_dir=args.cache_dir)
+    cfg = ServiceConfig(
+        model=args.model, draft_model=args.draft, device="cpu", dtype=args.dtype, cache_dir=args.cache_dir,
+        pack_weights=args.pack,
+    )
     draft: DraftSource | None
     if pair.draft_kind == "model" and pair.draft:
         log(f"loading draft {pair.draft}")
@@ -144,7 +150,9 @@ def run_bench(args: argparse.Namespace) -> int:
             assistant, assistant_name = ms.model, ms.name
     elif assistant_name:
         log(f"loading assistant {assistant_name}")
-        assistant, _ = load_causal_lm(assistant_name, device="cpu", dtype=args.dtype, cache_root=args.cache_dir)
+        assistant, _ = load_causal_lm(
+            assistant_name, device="cpu", dtype=args.dtype, cache_root=args.cache_dir, pack=args.pack
+        )
 
     # Prompts.
     prompts: list[BenchPrompt] = []
@@ -258,6 +266,7 @@ def run_bench(args: argparse.Namespace) -> int:
 
     dtype_name = str(next(target.parameters()).dtype).replace("torch.", "")
     report = _report(args, pair, assistant_name, prepared, results, verify_cost, dtype_name)
+    report["settings"]["packed_linears"] = is_packed(target)
     if args.forward_cost:
         report["forward_cost_ms"] = _forward_costs(target, draft, context=args.context_window)
     if args.syntax:

@@ -12,6 +12,8 @@ from typing import Any
 
 COST_CPU_FP32: dict[int, float] = {1: 128.0, 2: 126.0, 4: 245.0, 6: 230.0, 8: 265.0}
 COST_CPU_BF16: dict[int, float] = {1: 120.0, 2: 125.0, 4: 141.0, 6: 167.0, 8: 187.0}
+# Measured on our CI CPU with the linear layers pre-packed (models.packing): flat up to 8 tokens.
+COST_CPU_FP32_PACKED: dict[int, float] = {1: 113.0, 2: 116.0, 4: 112.0, 8: 116.0, 16: 150.0}
 COST_GPU: dict[int, float] = {1: 1.0, 4: 1.02, 8: 1.05}
 
 
@@ -28,12 +30,12 @@ def interpolate_cost(table: dict[int, float], n: int) -> float:
     return table[keys[-1]]
 
 
-def cost_profile(device: str, dtype_name: str) -> dict[int, float]:
+def cost_profile(device: str, dtype_name: str, packed: bool = False) -> dict[int, float]:
     if device.startswith("cuda") or device == "mps":
         return dict(COST_GPU)
     if "bfloat16" in dtype_name or "float16" in dtype_name:
         return dict(COST_CPU_BF16)
-    return dict(COST_CPU_FP32)
+    return dict(COST_CPU_FP32_PACKED if packed else COST_CPU_FP32)
 
 
 def measure_verify_cost(
