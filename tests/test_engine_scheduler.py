@@ -258,3 +258,43 @@ def test_cost_aware_drafts_nothing_when_verifying_costs_more_than_it_saves() -> 
     cheap = SchedulerConfig(verify_cost_ms={1: 100.0, 8: 104.0}, accept_rate_start=0.2)
     sched = ConfidenceScheduler(cheap)
     assert all(sched.next_k() >= 1 for _ in range(8)) and sched.worth(1)
+
+
+def test_free_to_verify_follows_the_cost_curve() -> None:
+    flat_after_two = ConfidenceScheduler(SchedulerConfig(verify_cost_ms={1: 100.0, 2: 112.0, 4: 112.0, 8: 113.0}))
+    assert not flat_after_two.free_to_verify(1)  # 2 tokens cost 12% more than 1
+    assert all(flat_after_two.free_to_verify(n) for n in range(2, 8))
+    linear = ConfidenceScheduler(SchedulerConfig(verify_cost_ms={1: 10.0, 2: 20.0, 3: 30.0}))
+    assert not any(linear.free_to_verify(n) for n in range(0, 6))
+    assert not ConfidenceScheduler(SchedulerConfig()).free_to_verify(3)  # no cost model: tau decides
+
+
+class LowConfidenceLookup:
+    """A free (0-forward) source whose guesses are all low-confidence: tau would cut them at 1 token."""
+
+    name = "lookup"
+    supports_parallel = True
+
+    def propose(self, context: list[int], max_tokens: int, **kw: Any) -> Proposal:
+        n = max_tokens if kw.get("parallel") else 1
+        return Proposal(tokens=[(context[-1] * 7 + 1) % 48] * n, confidence=[0.3] * n, forwards=0)
+
+    def reset(self) -> None:
+        pass
+
+
+def test_free_lookups_are_not_cut_by_tau_where_verifying_more_is_free(target: Any) -> None:
+    def proposed(costs: dict[int, float] | None) -> int:
+        # A fixed, optimistic acceptance estimate isolates the tau rule from `worth`.
+        sched = SchedulerConfig(fixed_k=4, verify_cost_ms=costs, accept_rate_start=0.99, accept_rate_alpha=0.0)
+        res = SpeculativeDecoder(target).generate(
+            [1, 2, 3], config=DecodeConfig(max_new_tokens=20, scheduler=sched), draft=LowConfidenceLookup()
+        )
+        assert res.stats.accepted == 0  # the guesses are wrong: one new token per round
+        return res.stats.proposed
+
+    # 19 rounds after the prefill; the last 18 have room for min(4, room) draft tokens.
+    full = sum(min(4, room) for room in range(18, 0, -1))
+    assert proposed({1: 100.0, 8: 100.0}) == full  # flat: all 4 guesses verified every round
+    assert proposed({1: 100.0, 2: 100.0, 3: 200.0, 8: 700.0}) == 18  # 2nd guess costs: tau stops at 1
+    assert proposed(None) == 18  # no cost model: tau alone decides

@@ -62,12 +62,13 @@ class SpeculativeDecoder:
         ids: list[int],
         generated: list[int],
         k: int,
-        tau: float,
+        sched: ConfidenceScheduler,
         config: DecodeConfig,
         is_key: KeyFn | None,
         stats: DecodeStats,
         generator: torch.Generator | None,
     ) -> Proposal:
+        tau = sched.tau
         out = Proposal(dists=[] if config.temperature > 0 else None)
         while len(out.tokens) < k:
             if config.draft_mode == "ar" or not draft.supports_parallel:
@@ -93,18 +94,23 @@ class SpeculativeDecoder:
             if not p.tokens:
                 break
             low_confidence = False
+            # tau exists to stop spending draft forwards on guesses that will not land. A lookup costs
+            # no forward, and where the verify curve is flat one more token costs no verify time either:
+            # such a token is kept whatever its confidence (the scheduler's `worth` still vets the draft).
+            free = p.forwards == 0
             for i, tok in enumerate(p.tokens[:want]):
                 conf = p.confidence[i] if i < len(p.confidence) else 1.0
+                n = len(out.tokens)
                 # The first token of a round is always kept: verifying 2 tokens costs about what
                 # verifying 1 does on a memory-bound CPU, so a weak guess is nearly free.
-                if conf < tau and out.tokens:
+                if conf < tau and n > 0 and not (free and sched.free_to_verify(n + 1)):
                     low_confidence = True
                     break
                 out.tokens.append(int(tok))
                 out.confidence.append(conf)
                 if out.dists is not None:
                     out.dists.append(p.dists[i] if p.dists is not None and i < len(p.dists) else None)
-                if conf < tau:
+                if conf < tau and not (free and sched.free_to_verify(n + 2)):
                     low_confidence = True
                     break
             if low_confidence or len(p.tokens) < want:
@@ -265,7 +271,7 @@ class SpeculativeDecoder:
                 k = min(sched.next_k(), room)
                 if k > 0:
                     td = time.perf_counter()
-                    proposal = self._draft(draft, ids, generated, k, sched.tau, config, is_key, stats, generator)
+                    proposal = self._draft(draft, ids, generated, k, sched, config, is_key, stats, generator)
                     stats.t_draft += time.perf_counter() - td
                     if not sched.worth(len(proposal.tokens)):
                         # Cut short by tau to a length whose verify costs more than it can save.
