@@ -260,13 +260,17 @@ def test_cost_aware_drafts_nothing_when_verifying_costs_more_than_it_saves() -> 
     assert all(sched.next_k() >= 1 for _ in range(8)) and sched.worth(1)
 
 
-def test_free_to_verify_follows_the_cost_curve() -> None:
+def test_pays_weighs_the_chance_of_landing_against_draft_and_verify_cost() -> None:
     flat_after_two = ConfidenceScheduler(SchedulerConfig(verify_cost_ms={1: 100.0, 2: 112.0, 4: 112.0, 8: 113.0}))
-    assert not flat_after_two.free_to_verify(1)  # 2 tokens cost 12% more than 1
-    assert all(flat_after_two.free_to_verify(n) for n in range(2, 8))
+    # Draft token 1 makes the forward 2 tokens: +12% of a forward, so it needs a 12% chance to land.
+    assert not flat_after_two.pays(1, 0.1, 0.0) and flat_after_two.pays(1, 0.2, 0.0)
+    # Tokens 2..7 add no verify time: a free lookup token is kept at any confidence ...
+    assert all(flat_after_two.pays(n, 0.001, 0.0) for n in range(2, 8))
+    # ... a model-drafted one must cover its draft forward (5 ms = 5% of a target forward).
+    assert not flat_after_two.pays(3, 0.04, 5.0) and flat_after_two.pays(3, 0.06, 5.0)
     linear = ConfidenceScheduler(SchedulerConfig(verify_cost_ms={1: 10.0, 2: 20.0, 3: 30.0}))
-    assert not any(linear.free_to_verify(n) for n in range(0, 6))
-    assert not ConfidenceScheduler(SchedulerConfig()).free_to_verify(3)  # no cost model: tau decides
+    assert not any(linear.pays(n, 0.99, 0.0) for n in range(0, 6))  # each token costs a whole forward
+    assert not ConfidenceScheduler(SchedulerConfig()).pays(3, 1.0, 0.0)  # no cost model: tau decides
 
 
 class LowConfidenceLookup:

@@ -54,6 +54,9 @@ class SpeculativeDecoder:
         self.vocab_size = int(vocab_size or target.config.vocab_size)
         self.prefix_cache = prefix_cache
         self._lock = threading.Lock()
+        # ms per draft forward, per draft source name (smoothed; kept across calls): the cost-aware stop
+        # rule weighs it against the target's verify cost.
+        self._draft_ms: dict[str, float] = {}
 
     # ----------------------------------------------------------------------------------------- drafting
     def _draft(
@@ -70,6 +73,8 @@ class SpeculativeDecoder:
     ) -> Proposal:
         tau = sched.tau
         out = Proposal(dists=[] if config.temperature > 0 else None)
+        name = str(getattr(draft, "name", "draft"))
+        cum = 1.0  # the draft's own probability that every token so far is right
         while len(out.tokens) < k:
             if config.draft_mode == "ar" or not draft.supports_parallel:
                 parallel = False
@@ -78,6 +83,7 @@ class SpeculativeDecoder:
             else:
                 parallel = not (is_key(generated + out.tokens) if is_key is not None else False)
             want = k - len(out.tokens) if parallel else 1
+            t0 = time.perf_counter()
             p = draft.propose(
                 ids + out.tokens,
                 want,
@@ -86,6 +92,10 @@ class SpeculativeDecoder:
                 temperature=config.temperature,
                 generator=generator,
             )
+            if p.forwards > 0:
+                ms = (time.perf_counter() - t0) * 1000 / p.forwards
+                old = self._draft_ms.get(name)
+                self._draft_ms[name] = ms if old is None else 0.8 * old + 0.2 * ms
             stats.draft_forwards += p.forwards
             if parallel:
                 stats.draft_steps_parallel += 1
@@ -94,23 +104,27 @@ class SpeculativeDecoder:
             if not p.tokens:
                 break
             low_confidence = False
-            # tau exists to stop spending draft forwards on guesses that will not land. A lookup costs
-            # no forward, and where the verify curve is flat one more token costs no verify time either:
-            # such a token is kept whatever its confidence (the scheduler's `worth` still vets the draft).
-            free = p.forwards == 0
-            for i, tok in enumerate(p.tokens[:want]):
+            # tau stops drafting at an unsure token, because drafting on would spend draft forwards and
+            # verify slots on guesses that rarely land. In cost-aware mode that spend is known: a token
+            # is also kept when the draft's probability of getting this far covers what it costs (a
+            # lookup, or a token already in this proposal, costs no draft forward; on a flat verify
+            # curve it costs no verify time either).
+            tokens = p.tokens[:want]
+            for i, tok in enumerate(tokens):
                 conf = p.confidence[i] if i < len(p.confidence) else 1.0
                 n = len(out.tokens)
+                cum *= conf
                 # The first token of a round is always kept: verifying 2 tokens costs about what
                 # verifying 1 does on a memory-bound CPU, so a weak guess is nearly free.
-                if conf < tau and n > 0 and not (free and sched.free_to_verify(n + 1)):
+                if conf < tau and n > 0 and not sched.pays(n + 1, cum, 0.0):
                     low_confidence = True
                     break
                 out.tokens.append(int(tok))
                 out.confidence.append(conf)
                 if out.dists is not None:
                     out.dists.append(p.dists[i] if p.dists is not None and i < len(p.dists) else None)
-                if conf < tau and not (free and sched.free_to_verify(n + 2)):
+                more_ms = 0.0 if i + 1 < len(tokens) else self._draft_ms.get(name, 0.0)
+                if conf < tau and not sched.pays(n + 2, cum, more_ms):
                     low_confidence = True
                     break
             if low_confidence or len(p.tokens) < want:

@@ -47,16 +47,21 @@ class ConfidenceScheduler:
         r = min(max(self._rate, 0.0), 0.999)
         return (1.0 + sum(r**j for j in range(1, k + 1))) / self._cost(k + 1)
 
-    def free_to_verify(self, n_draft: int) -> bool:
-        """Cost-aware mode: does verifying n_draft draft tokens cost no more than verifying n_draft - 1?
+    def pays(self, n_draft: int, p_reach: float, draft_ms: float) -> bool:
+        """Cost-aware mode: is draft token number ``n_draft`` worth its cost?
 
-        "No more" = within 2% of a one-token forward, below the noise of a measured curve. Without a
-        cost model (the plain rule, fixed_k) nothing is free and tau alone decides.
+        It is worth ``p_reach`` expected tokens (the draft's probability that it and every token
+        before it are right) and costs ``draft_ms`` to draft plus what verifying it adds, both in units
+        of one target forward. Without a cost model (the plain rule, fixed_k) nothing pays and tau
+        alone decides.
         """
         if not self.config.verify_cost_ms or n_draft <= 0:
             return False
-        extra = self._cost(n_draft + 1) - self._cost(n_draft)
-        return extra <= 0.02 * self._cost(1)
+        one = self._cost(1)
+        extra = max(0.0, self._cost(n_draft + 1) - self._cost(n_draft))
+        # 2% of a forward is below the noise of a measured curve: a token that costs that little is free.
+        price = (draft_ms + extra) / one
+        return price <= 0.02 or p_reach >= price
 
     def worth(self, proposed: int) -> bool:
         """Cost-aware mode: is verifying a draft of this length better than no draft at all?"""
