@@ -290,7 +290,7 @@ class LowConfidenceLookup:
 def test_free_lookups_are_not_cut_by_tau_where_verifying_more_is_free(target: Any) -> None:
     def proposed(costs: dict[int, float] | None) -> int:
         # A fixed, optimistic acceptance estimate isolates the tau rule from `worth`.
-        sched = SchedulerConfig(fixed_k=4, verify_cost_ms=costs, accept_rate_start=0.99, accept_rate_alpha=0.0)
+        sched = SchedulerConfig(fixed_k=4, verify_cost_ms=costs, accept_rate_start=0.99, accept_rate_prior=1e9)
         res = SpeculativeDecoder(target).generate(
             [1, 2, 3], config=DecodeConfig(max_new_tokens=20, scheduler=sched), draft=LowConfidenceLookup()
         )

@@ -33,15 +33,22 @@ class SchedulerConfig:
     # plain "accepted + 1" rule. None = plain rule. See DESIGN.md §3 for why: on a CPU, verifying 2
     # tokens costs what 1 does, but 4+ may cost twice as much, so long drafts pay only when they land.
     verify_cost_ms: dict[int, float] | None = None
-    # Prior of the per-token acceptance rate, and its smoothing.
+    # Per-token acceptance rate: decayed counts of accepted draft tokens over tried ones, plus a prior of
+    # `accept_rate_prior` pseudo-trials at `accept_rate_start`. Counts, not an average of per-round
+    # rates: a round that tried 1 token and one that tried 5 do not weigh the same, and a run of misses
+    # cannot drive the estimate to zero (it did with an average, and the scheduler stopped drafting on
+    # prompts where one draft token in four landed, which pays on a flat verify curve).
     accept_rate_start: float = 0.6
-    accept_rate_alpha: float = 0.3
+    accept_rate_prior: float = 2.0
+    accept_rate_decay: float = 0.9
 
     def validate(self) -> None:
         if not 1 <= self.k_min <= self.k_max:
             raise ValueError(f"need 1 <= k_min <= k_max, got {self.k_min}, {self.k_max}")
         if not 0.0 < self.tau_min <= self.tau <= self.tau_max <= 1.0:
             raise ValueError("need 0 < tau_min <= tau <= tau_max <= 1")
+        if self.accept_rate_prior <= 0 or not 0.0 <= self.accept_rate_decay <= 1.0:
+            raise ValueError("need accept_rate_prior > 0 and 0 <= accept_rate_decay <= 1")
         if self.fixed_k is not None and self.fixed_k < 0:
             raise ValueError("fixed_k must be >= 0")
 

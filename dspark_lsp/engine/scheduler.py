@@ -22,7 +22,8 @@ class ConfidenceScheduler:
         self._ema = float(config.k_start - 1)
         self._reject_run = 0
         self._accept_run = 0
-        self._rate = config.accept_rate_start
+        self._hits = 0.0  # decayed count of accepted draft tokens
+        self._tries = 0.0  # decayed count of draft tokens tried (accepted + the first rejected)
         self._idle = 0
         self.k_trace: list[int] = []
         self.tau_trace: list[float] = []
@@ -104,8 +105,8 @@ class ConfidenceScheduler:
         self._ema = (1 - c.ema_alpha) * self._ema + c.ema_alpha * accepted
         # Per-token acceptance: a round that kept m of n tokens saw m successes and (n > m) one failure.
         trials = accepted + (1 if accepted < proposed else 0)
-        round_rate = accepted / trials if trials else self._rate
-        self._rate = (1 - c.accept_rate_alpha) * self._rate + c.accept_rate_alpha * round_rate
+        self._hits = c.accept_rate_decay * self._hits + accepted
+        self._tries = c.accept_rate_decay * self._tries + trials
         if accepted < proposed:
             self._reject_run += 1
             self._accept_run = 0
@@ -119,11 +120,16 @@ class ConfidenceScheduler:
                 self.tau = min(c.tau_max, self.tau * c.tau_up)
                 self._accept_run = 0
 
-    def state(self) -> tuple[float, float, float]:
-        """What the scheduler learnt (accepted-length average, tau, per-token acceptance rate)."""
-        return self._ema, self.tau, self._rate
+    @property
+    def _rate(self) -> float:
+        c = self.config
+        return (self._hits + c.accept_rate_prior * c.accept_rate_start) / (self._tries + c.accept_rate_prior)
+
+    def state(self) -> tuple[float, float, float, float]:
+        """What the scheduler learnt (accepted-length average, tau, decayed accepted / tried counts)."""
+        return self._ema, self.tau, self._hits, self._tries
 
     def restore(self, state: tuple[float, ...]) -> None:
         self._ema, self.tau = state[0], state[1]
-        if len(state) > 2:
-            self._rate = state[2]
+        if len(state) > 3:
+            self._hits, self._tries = state[2], state[3]
