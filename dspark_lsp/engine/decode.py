@@ -110,9 +110,19 @@ class SpeculativeDecoder:
             # lookup, or a token already in this proposal, costs no draft forward; on a flat verify
             # curve it costs no verify time either).
             tokens = p.tokens[:want]
+            key_cut = False
             for i, tok in enumerate(tokens):
                 conf = p.confidence[i] if i < len(p.confidence) else 1.0
                 n = len(out.tokens)
+                # Semi-autoregressive: a parallel block ends where the text reaches a key position
+                # (a guess there, made blind to the tokens before it, is the least likely to land);
+                # the next step drafts that position autoregressively. A free lookup is not cut.
+                if (
+                    i > 0 and parallel and p.forwards > 0 and config.draft_mode == "semi"
+                    and is_key is not None and is_key(generated + out.tokens)
+                ):
+                    key_cut = True
+                    break
                 cum *= conf
                 # The first token of a round is always kept: verifying 2 tokens costs about what
                 # verifying 1 does on a memory-bound CPU, so a weak guess is nearly free.
@@ -127,6 +137,8 @@ class SpeculativeDecoder:
                 if conf < tau and not sched.pays(n + 2, cum, more_ms):
                     low_confidence = True
                     break
+            if key_cut:
+                continue
             if low_confidence or len(p.tokens) < want:
                 break
         return out
