@@ -1,0 +1,59 @@
+"""Semi-autoregressive drafting: key positions are drafted one token at a time, the rest in parallel
+blocks that end where the text reaches the next key position."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
+from dspark_lsp.engine.decode import SpeculativeDecoder
+from dspark_lsp.engine.draft import Proposal
+
+
+class Recorder:
+    """A confident parallel-capable model draft that records each call as (parallel, want, context length)."""
+
+    name = "recorder"
+    supports_parallel = True
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[bool, int, int]] = []
+
+    def propose(self, context: list[int], max_tokens: int, **kw: Any) -> Proposal:
+        parallel = bool(kw.get("parallel"))
+        n = max_tokens if parallel else 1
+        self.calls.append((parallel, n, len(context)))
+        return Proposal(tokens=[7] * n, confidence=[1.0] * n, forwards=1)
+
+    def reset(self) -> None:
+        self.calls.clear()
+
+
+def _calls(mode: str, key_at: set[int]) -> list[tuple[bool, int, int]]:
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    target = Qwen2ForCausalLM(
+        Qwen2Config(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                    num_attention_heads=2, num_key_value_heads=1)
+    ).eval()
+    src = Recorder()
+    cfg = DecodeConfig(max_new_tokens=8, draft_mode=mode, scheduler=SchedulerConfig(fixed_k=5, tau=0.5))  # type: ignore[arg-type]
+    # is_key sees the generated tokens plus the draft so far: key when that count is in key_at.
+    SpeculativeDecoder(target).generate([1, 2, 3], config=cfg, draft=src, is_key=lambda ids: len(ids) in key_at)
+    return src.calls
+
+
+def test_parallel_block_stops_at_the_next_key_position() -> None:
+    # After the prefill 1 token is generated; draft positions are then counts 1, 2, 3, ...; 3 is key.
+    calls = _calls("semi", key_at={3})
+    # Parallel block of 5 from count 1, cut before count 3 (2 tokens kept), AR at 3, parallel for the rest.
+    assert [(p, n) for p, n, _ in calls[:3]] == [(True, 5), (False, 1), (True, 2)]
+    assert [c for _, _, c in calls[:3]] == [4, 6, 7]  # the prompt (3) + 1 generated, + 2, + 3
+
+
+def test_ablations_do_not_cut() -> None:
+    par = _calls("parallel", key_at={3})
+    assert par[0][:2] == (True, 5) and par[1][2] != par[0][2] + 2  # no call right after 2 tokens
+    ar = _calls("ar", key_at={3})
+    assert [(p, n) for p, n, _ in ar[:5]] == [(False, 1)] * 5
+    assert [c for _, _, c in ar[:5]] == [4, 5, 6, 7, 8]
