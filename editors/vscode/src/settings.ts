@@ -2,6 +2,8 @@
 // No `vscode` import: the extension passes a reader, so this module is unit-testable in plain node.
 
 export type Multiline = "auto" | "always" | "never";
+/** Pre-pack the target's linear layers for the CPU (flat verify cost); see the README. */
+export type PackWeights = "auto" | "on" | "off";
 
 /** The settings the server understands, with the names and defaults of docs/ARCHITECTURE.md. */
 export interface ServerSettings {
@@ -10,6 +12,7 @@ export interface ServerSettings {
   draftModel: string | null;
   device: string;
   dtype: string;
+  packWeights: PackWeights;
   threshold: number;
   kMin: number;
   kMax: number;
@@ -27,6 +30,7 @@ export const DEFAULT_SETTINGS: Readonly<ServerSettings> = Object.freeze({
   draftModel: null,
   device: "auto",
   dtype: "auto",
+  packWeights: "auto",
   threshold: 0.9,
   kMin: 1,
   kMax: 5,
@@ -68,6 +72,7 @@ const CHECKS: Record<keyof ServerSettings, [Check, string]> = {
   draftModel: [(v) => v === null || typeof v === "string", "null or a string"],
   device: [isString, "a non-empty string"],
   dtype: [isString, "a non-empty string"],
+  packWeights: [(v) => v === "auto" || v === "on" || v === "off", '"auto", "on" or "off"'],
   threshold: [inRange(0, 1, false), "a number in [0, 1]"],
   kMin: [inRange(1, 16, true), "an integer in [1, 16]"],
   kMax: [inRange(1, 16, true), "an integer in [1, 16]"],
