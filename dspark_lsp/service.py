@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
-from dspark_lsp.engine.costs import cost_profile, measure_verify_cost
+from dspark_lsp.engine.costs import CALIBRATION_SIZES, cost_profile, measure_verify_cost, plan_forwards
 from dspark_lsp.engine.decode import SpeculativeDecoder
 from dspark_lsp.engine.draft import DraftSource
 from dspark_lsp.engine.model_draft import HybridDraftSource, ModelDraftSource
@@ -145,10 +145,14 @@ class ServiceConfig:
         )
 
     def decode_config(
-        self, max_new_tokens: int | None = None, verify_cost_ms: dict[int, float] | None = None
+        self,
+        max_new_tokens: int | None = None,
+        verify_cost_ms: dict[int, float] | None = None,
+        pad_to: dict[int, int] | None = None,
     ) -> DecodeConfig:
         return DecodeConfig(
             max_new_tokens=max_new_tokens or self.max_new_tokens,
+            pad_to=pad_to,
             temperature=self.temperature,
             draft_mode=self.draft_mode,  # type: ignore[arg-type]
             relaxed=self.relaxed,
@@ -237,13 +241,15 @@ class CompletionService:
         self._sched_state: OrderedDict[str, tuple[float, ...]] = OrderedDict()
         self._lock = threading.Lock()
         param = next(target.parameters())
-        # The scheduler needs this machine's verify-cost curve: measured here (about a second for the
-        # 0.5B on a CPU), or the published profile for the device when calibration is off.
-        self.verify_cost_ms = (
-            measure_verify_cost(target)
-            if config.calibrate
-            else cost_profile(str(param.device), str(param.dtype), packed=is_packed(target))
-        )
+        # The scheduler needs this machine's verify-cost curve: measured here (1-2 s for the 0.5B on a
+        # CPU; it also finds forward lengths worth padding to), or the published profile for the device
+        # when calibration is off.
+        self.pad_to: dict[int, int] = {}
+        if config.calibrate:
+            plan = plan_forwards(measure_verify_cost(target, sizes=CALIBRATION_SIZES, repeats=2, monotone=False))
+            self.verify_cost_ms, self.pad_to = plan.cost_ms, plan.pad_to
+        else:
+            self.verify_cost_ms = cost_profile(str(param.device), str(param.dtype), packed=is_packed(target))
 
     # ------------------------------------------------------------------------------------- loading
     @classmethod
@@ -354,7 +360,7 @@ class CompletionService:
             ng.extra_corpus = self._outside_window(req.text, req.offset, fp.prefix, fp.suffix)
         res = self.decoder.generate(
             fp.ids,
-            config=cfg.decode_config(req.max_new_tokens, self.verify_cost_ms),
+            config=cfg.decode_config(req.max_new_tokens, self.verify_cost_ms, self.pad_to),
             draft=draft,
             # A FIM marker in the output means the model thinks the middle is over.
             eos_ids=(*self.fim.eos_ids, self.fim.prefix_id, self.fim.suffix_id, self.fim.middle_id),

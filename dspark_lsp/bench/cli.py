@@ -44,6 +44,9 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     p.add_argument(
         "--pack", choices=["auto", "on", "off"], default="auto", help="pre-pack linear layers for the CPU (as the server)"
     )
+    p.add_argument(
+        "--no-pad", action="store_true", help="never pad target forwards to a cheaper length (the server pads)"
+    )
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     p.add_argument("--json", dest="json_out", default=None, metavar="OUT", help="write results as JSON")
     p.add_argument("--forward-cost", action="store_true", help="also time target/draft forwards of n tokens")

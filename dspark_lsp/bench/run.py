@@ -23,7 +23,7 @@ import torch
 
 from dspark_lsp.bench.prompts import BenchPrompt, corpus_prompts, find_humaneval_dir, humaneval_prompts
 from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
-from dspark_lsp.engine.costs import measure_verify_cost
+from dspark_lsp.engine.costs import CALIBRATION_SIZES, measure_verify_cost, plan_forwards, raw_monotone
 from dspark_lsp.engine.decode import SpeculativeDecoder
 from dspark_lsp.engine.draft import DraftSource
 from dspark_lsp.engine.model_draft import HybridDraftSource, ModelDraftSource
@@ -184,8 +184,11 @@ def run_bench(args: argparse.Namespace) -> int:
 
     decoder = SpeculativeDecoder(target)  # no prefix cache: every method prefills every prompt
     # The same calibration the server does at load: this machine's verify-cost curve.
-    verify_cost = measure_verify_cost(target)
-    log(f"verify cost (ms per forward of n tokens): {verify_cost}")
+    raw_cost = measure_verify_cost(target, sizes=CALIBRATION_SIZES, repeats=2, monotone=False)
+    plan = plan_forwards(raw_cost)
+    verify_cost = plan.cost_ms
+    pad_to = {} if args.no_pad else plan.pad_to
+    log(f"verify cost (ms per forward of n tokens): measured {raw_cost}; padding {pad_to or 'off'}")
     results = {m: MethodResult(m) for m in methods}
     has_parallel_model = draft is not None and getattr(draft, "supports_parallel", False) and not isinstance(
         draft, NgramDraftSource
@@ -223,7 +226,8 @@ def run_bench(args: argparse.Namespace) -> int:
             else:
                 dcfg = DecodeConfig(
                     max_new_tokens=args.max_new_tokens,
-                    scheduler=SchedulerConfig(verify_cost_ms=verify_cost),
+                    scheduler=SchedulerConfig(verify_cost_ms=verify_cost if pad_to else raw_monotone(raw_cost)),
+                    pad_to=pad_to or None,
                 )
                 src: DraftSource | None = draft
                 if m == "target_only":
@@ -267,6 +271,8 @@ def run_bench(args: argparse.Namespace) -> int:
     dtype_name = str(next(target.parameters()).dtype).replace("torch.", "")
     report = _report(args, pair, assistant_name, prepared, results, verify_cost, dtype_name)
     report["settings"]["packed_linears"] = is_packed(target)
+    report["settings"]["verify_cost_raw_ms"] = {str(k): v for k, v in raw_cost.items()}
+    report["settings"]["pad_to"] = {str(k): v for k, v in pad_to.items()}
     if args.forward_cost:
         report["forward_cost_ms"] = _forward_costs(target, draft, context=args.context_window)
     if args.syntax:

@@ -65,6 +65,9 @@ class DecodeConfig:
     relaxed_threshold: float = 0.3
     scheduler: SchedulerConfig | None = None
     seed: int | None = None
+    # Forward n target tokens as pad_to[n] (dummy tokens after the real ones, cropped at once) where
+    # that length is cheaper on this machine; from engine.costs.plan_forwards. None = never pad.
+    pad_to: dict[int, int] | None = None
 
     def validate(self) -> None:
         if self.max_new_tokens < 0:
@@ -75,4 +78,6 @@ class DecodeConfig:
             raise ValueError(f"unknown draft_mode {self.draft_mode!r}")
         if self.relaxed and self.temperature > 0:
             raise ValueError("relaxed acceptance applies to greedy decoding only")
+        if self.pad_to and any(m < n for n, m in self.pad_to.items()):
+            raise ValueError("pad_to may only lengthen a forward")
         (self.scheduler or SchedulerConfig()).validate()

@@ -8,6 +8,7 @@ On a GPU a forward of up to 8 tokens costs about the same as one.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 COST_CPU_FP32: dict[int, float] = {1: 128.0, 2: 126.0, 4: 245.0, 6: 230.0, 8: 265.0}
@@ -15,6 +16,9 @@ COST_CPU_BF16: dict[int, float] = {1: 120.0, 2: 125.0, 4: 141.0, 6: 167.0, 8: 18
 # Measured on our CI CPU with the linear layers pre-packed (models.packing): flat up to 8 tokens.
 COST_CPU_FP32_PACKED: dict[int, float] = {1: 113.0, 2: 116.0, 4: 112.0, 8: 116.0, 16: 150.0}
 COST_GPU: dict[int, float] = {1: 1.0, 4: 1.02, 8: 1.05}
+# Forward lengths the load-time calibration times: every draft length the scheduler may ask for (k <= 5
+# by default, so up to 6 tokens) and 8, so the padding plan can see which shapes are cheap.
+CALIBRATION_SIZES: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8)
 
 
 def interpolate_cost(table: dict[int, float], n: int) -> float:
@@ -71,11 +75,55 @@ def measure_verify_cost(
             crop(cache, context)
         # The minimum, not the median: on a shared machine interference only ever adds time.
         out[n] = round(min(times), 3)
-    if not monotone:  # the raw figures, for reports
-        return out
-    # More tokens never cost less: a noisy dip would make the scheduler draft longer than it should.
-    running = 0.0
-    for n in sorted(out):
-        running = max(running, out[n])
+    return out if not monotone else raw_monotone(out)
+
+
+def raw_monotone(raw: dict[int, float]) -> dict[int, float]:
+    """The curve without padding: more tokens never cost less (a noisy dip would make the scheduler
+    draft longer than it should)."""
+    out, running = {}, 0.0
+    for n in sorted(raw):
+        running = max(running, raw[n])
         out[n] = running
     return out
+
+
+@dataclass(frozen=True)
+class ForwardPlan:
+    """How to run target forwards on this machine, from a measured (raw) cost curve.
+
+    Forward cost is not monotone in the number of tokens on every CPU: with oneDNN-packed fp32 weights
+    our CI machine measured 80 / 99 / 75 / 71 / 72 / 74 / 95 ms for 1 / 2 / 3 / 4 / 5 / 6 / 8 tokens (the
+    1- and 2-row GEMM shapes take slower kernels). Padding a forward with dummy tokens after the real
+    ones changes nothing the real ones compute (attention is causal) and the padding's cache entries are
+    cropped at once, so n tokens can always be run at the price of the cheapest measured length >= n.
+    """
+
+    # n -> ms of a forward of n tokens, padding included (non-decreasing in n): what the scheduler uses.
+    cost_ms: dict[int, float] = field(default_factory=dict)
+    # n -> the length to pad a forward of n tokens to; only where it saves at least `min_saving`.
+    pad_to: dict[int, int] = field(default_factory=dict)
+
+
+def plan_forwards(raw: dict[int, float], min_saving: float = 0.03) -> ForwardPlan:
+    """The padding plan and the effective cost curve for a raw per-length cost table."""
+    if not raw:
+        return ForwardPlan()
+    top = max(raw)
+    cost = {n: interpolate_cost(raw, n) for n in range(1, top + 1)}
+    pad_to: dict[int, int] = {}
+    effective: dict[int, float] = {}
+    for n in range(1, top + 1):
+        best_m, best = n, cost[n]
+        for m in sorted(raw):  # pad only to lengths that were measured, not interpolated
+            if m > n and raw[m] < best:
+                best_m, best = m, raw[m]
+        if best_m != n and best <= cost[n] * (1.0 - min_saving):
+            pad_to[n] = best_m
+            effective[n] = round(best, 3)
+        else:
+            effective[n] = round(cost[n], 3)
+    # Non-decreasing, as the scheduler assumes: a longer forward can always be padded like a shorter one.
+    for n in range(top - 1, 0, -1):
+        effective[n] = min(effective[n], effective[n + 1])
+    return ForwardPlan(cost_ms=effective, pad_to=pad_to)

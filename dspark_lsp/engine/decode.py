@@ -143,6 +143,17 @@ class SpeculativeDecoder:
                 break
         return out
 
+    def _forward(self, tokens: list[int], cache: Any, pad_to: dict[int, int] | None) -> torch.Tensor:
+        """Target logits for ``tokens`` on ``cache``, run padded where the plan says that is cheaper."""
+        n = len(tokens)
+        m = pad_to.get(n, n) if pad_to else n
+        if m <= n:
+            return forward(self.target, tokens, cache)
+        # Causal attention: the real tokens never see the padding; its cache entries go right away.
+        logits = forward(self.target, tokens + [tokens[-1]] * (m - n), cache)[:n]
+        crop(cache, cache_len(cache) - (m - n))
+        return logits
+
     # ----------------------------------------------------------------------------------- verification
     def _accept_greedy(
         self, logits: torch.Tensor, draft: list[int], config: DecodeConfig
@@ -257,7 +268,7 @@ class SpeculativeDecoder:
         for start in range(reused, len(prompt), PREFILL_CHUNK):
             if cancel is not None and cancel.is_set() and start + PREFILL_CHUNK < len(prompt):
                 break
-            last_logits = forward(self.target, prompt[start : start + PREFILL_CHUNK], cache)[-1]
+            last_logits = self._forward(prompt[start : start + PREFILL_CHUNK], cache, config.pad_to)[-1]
         # The prefill produces the first token, so it counts once (however many slices it took):
         # target-only decoding then shows exactly 1.0 tokens per target forward.
         if last_logits is not None:
@@ -304,7 +315,7 @@ class SpeculativeDecoder:
                         proposal = Proposal()
             tv = time.perf_counter()
             base = cache_len(cache)
-            logits = forward(self.target, [ids[-1]] + proposal.tokens, cache)
+            logits = self._forward([ids[-1]] + proposal.tokens, cache, config.pad_to)
             stats.target_forwards += 1
             if config.temperature > 0:
                 m, nxt = self._accept_sampled(
