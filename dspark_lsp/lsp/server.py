@@ -129,6 +129,9 @@ class DSparkServer(LanguageServer):
         self.executor = SerialExecutor()
         self.models: ModelManager | None = None
         self.worker: CompletionWorker | None = None
+        # Completion requests answered empty before the worker existed (before `initialized`): the
+        # worker's counters cannot see them, dspark/stats adds them to its "not_ready" count.
+        self.not_ready_early = 0
         self.encoding: Encoding = "utf-16"
         self.init_options: dict[str, Any] = {}
         self.latest_section: dict[str, Any] | None = None

@@ -74,6 +74,7 @@ async def complete_at(server: DSparkServer, cursor: Cursor, *, explicit: bool) -
     worker = server.worker
     backend = server.backend
     if worker is None or backend is None:
+        server.not_ready_early += 1
         return Outcome("not_ready", detail="not initialized")
 
     def make_request() -> Any:

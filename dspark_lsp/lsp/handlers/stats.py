@@ -23,6 +23,9 @@ def collect(server: DSparkServer) -> dict[str, Any]:
     }
     if server.worker is not None:
         out.update(server.worker.stats())
+    counters = out.setdefault("counters", {})
+    if server.not_ready_early:
+        counters["not_ready"] = counters.get("not_ready", 0) + server.not_ready_early
     service = models.service if models is not None else None
     recent: list[dict[str, Any]] = []
     if service is not None:
