@@ -57,3 +57,40 @@ def test_ablations_do_not_cut() -> None:
     ar = _calls("ar", key_at={3})
     assert [(p, n) for p, n, _ in ar[:5]] == [(False, 1)] * 5
     assert [c for _, _, c in ar[:5]] == [4, 5, 6, 7, 8]
+
+
+class OneAtATime(Recorder):
+    """A model draft that always stops after one (confident) token, however many were asked for."""
+
+    def propose(self, context: list[int], max_tokens: int, **kw: Any) -> Proposal:
+        self.calls.append((bool(kw.get("parallel")), max_tokens, len(context)))
+        return Proposal(tokens=[7], confidence=[1.0], forwards=1)
+
+
+def test_a_short_proposal_does_not_end_the_round() -> None:
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    target = Qwen2ForCausalLM(
+        Qwen2Config(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                    num_attention_heads=2, num_key_value_heads=1)
+    ).eval()
+    src = OneAtATime()
+    cfg = DecodeConfig(max_new_tokens=8, draft_mode="parallel", scheduler=SchedulerConfig(fixed_k=4, tau=0.5))
+    SpeculativeDecoder(target).generate([1, 2, 3], config=cfg, draft=src)
+    # The first round asks for 4, gets 1, and asks again for the remaining 3, 2, 1.
+    assert [n for _, n, _ in src.calls[:4]] == [4, 3, 2, 1]
+    assert [c for _, _, c in src.calls[:4]] == [4, 5, 6, 7]
+
+
+def test_mode_ablation_replays_every_mode_exactly(tiny_tokenizer: Any) -> None:
+    from dspark_lsp.bench.mode_ablation import MODES, run
+    from dspark_lsp.engine.ngram import NgramDraftSource
+
+    text = "<|fim_prefix|>def add(a, b):\n    return <|fim_suffix|>\n\nprint(add(1, 2))\n<|fim_middle|>"
+    prompt = tiny_tokenizer(text)["input_ids"]
+    target = tiny_tokenizer("a + b\n")["input_ids"]
+    totals = run([{"prompt": prompt, "target": target}], tiny_tokenizer, NgramDraftSource(), {1: 10.0, 8: 10.0})
+    assert set(totals) == set(MODES)
+    for t in totals.values():
+        assert t.tokens == len(target) and 1 <= t.forwards <= len(target) + 1
+        assert set(t.by_language) == {"python"} and t.as_dict()["est_tokens_per_s"] > 0

@@ -140,7 +140,10 @@ class SpeculativeDecoder:
                     break
             if key_cut:
                 continue
-            if low_confidence or len(p.tokens) < want:
+            # A source that returned fewer tokens than asked (a lookup that ran out, a draft that
+            # stopped at its own tau) does not end the round: whether to draft on is the rule above's
+            # call, and the next step starts from an exact context instead of a blind mask guess.
+            if low_confidence:
                 break
         return out
 

@@ -1,0 +1,169 @@
+"""Semi-autoregressive vs all-AR vs all-parallel drafting, replayed offline on a held-out set.
+
+The real benchmark runs one prompt per language, where run-to-run noise (1-3%) is as large as the
+differences between the three drafting modes. Greedy decoding is deterministic, so with the target's
+continuations known (the draft's held-out set, `training.acceptance --make-set`) the real decode loop can
+be replayed against a :class:`ReplayTarget` on many prompts: exact target-forward counts and forward
+sizes, real draft forwards (timed), and syntax key positions from the real tree-sitter layer. Time is
+estimated as verify cost (a measured per-size curve, the same the scheduler uses) + measured draft time.
+
+    python -m dspark_lsp.bench.mode_ablation --set dspark_lsp/drafts/dspark-draft-qwc05/eval/heldout_target.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dspark_lsp.bench.replay_target import ReplayTarget, estimated_ms
+from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
+from dspark_lsp.engine.costs import plan_forwards
+from dspark_lsp.engine.decode import SpeculativeDecoder
+from dspark_lsp.engine.draft import DraftSource
+from dspark_lsp.errors import UserError
+
+MODES = ("semi", "ar", "parallel")
+# Measured on the CI machine with packed fp32 weights (bench/results/2026-11-29-s2, calibration line).
+DEFAULT_COST = {1: 89.2, 2: 101.9, 3: 88.4, 4: 84.7, 5: 83.5, 6: 83.2, 8: 99.7}
+
+
+@dataclass
+class ModeTotals:
+    tokens: int = 0
+    forwards: int = 0
+    draft_forwards: int = 0
+    draft_s: float = 0.0
+    verify_ms: float = 0.0
+    by_language: dict[str, list[float]] = field(default_factory=dict)  # lang -> [tokens, ms]
+
+    def add(self, lang: str, tokens: int, forwards: int, draft_forwards: int, draft_s: float, ms: float) -> None:
+        self.tokens += tokens
+        self.forwards += forwards
+        self.draft_forwards += draft_forwards
+        self.draft_s += draft_s
+        self.verify_ms += ms
+        row = self.by_language.setdefault(lang, [0.0, 0.0])
+        row[0] += tokens
+        row[1] += ms + draft_s * 1000
+
+    def as_dict(self) -> dict[str, Any]:
+        total_ms = self.verify_ms + self.draft_s * 1000
+        return {
+            "tokens": self.tokens,
+            "target_forwards": self.forwards,
+            "tokens_per_forward": round(self.tokens / max(1, self.forwards), 3),
+            "draft_forwards": self.draft_forwards,
+            "draft_ms": round(self.draft_s * 1000, 1),
+            "est_verify_ms": round(self.verify_ms, 1),
+            "est_tokens_per_s": round(1000 * self.tokens / max(total_ms, 1e-9), 2),
+            "by_language": {
+                k: {"tokens": int(v[0]), "est_tokens_per_s": round(1000 * v[0] / max(v[1], 1e-9), 2)}
+                for k, v in sorted(self.by_language.items())
+            },
+        }
+
+
+def _split_fim(text: str) -> tuple[str, str] | None:
+    """(prefix, suffix) of a Qwen FIM prompt decoded to text, or None if it is not one."""
+    pre, suf, mid = "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"
+    if pre not in text or suf not in text or mid not in text:
+        return None
+    body = text.split(pre, 1)[1]
+    prefix, rest = body.split(suf, 1)
+    return prefix, rest.split(mid, 1)[0]
+
+
+def _guess_language(text: str) -> str:
+    """The held-out files are Python and JavaScript; tell them apart by their most telling tokens."""
+    js = sum(text.count(w) for w in ("function ", "const ", "=> ", "};", "var ", "let "))
+    py = sum(text.count(w) for w in ("def ", "self", "elif ", "):\n", "import "))
+    return "javascript" if js > py else "python"
+
+
+def run(items: list[dict[str, Any]], tokenizer: Any, draft: DraftSource, cost: dict[int, float],
+        k_max: int = 5, eos: int | None = None) -> dict[str, ModeTotals]:
+    from dspark_lsp.syntax import SyntaxDocument
+
+    plan = plan_forwards(cost)
+    vocab = int(len(tokenizer))
+    eos_id = eos if eos is not None else int(tokenizer.convert_tokens_to_ids("<|endoftext|>"))
+    totals = {m: ModeTotals() for m in MODES}
+    for item in items:
+        prompt, target = list(item["prompt"]), list(item["target"])
+        text = str(tokenizer.decode(prompt, skip_special_tokens=False))
+        parts = _split_fim(text)
+        if parts is None:
+            continue
+        prefix, suffix = parts
+        lang = _guess_language(prefix + suffix)
+        doc = SyntaxDocument(prefix + suffix, lang)
+        scope = doc.completion_scope(len(prefix))
+        for mode in MODES:
+            tracker = doc.generation(len(prefix), scope)
+
+            def is_key(ids: list[int], tracker: Any = tracker) -> bool:
+                return bool(tracker.is_key_next(tokenizer.decode(ids, skip_special_tokens=False)))
+
+            replay = ReplayTarget(prompt + target, vocab, eos_id)
+            draft.reset()
+            cfg = DecodeConfig(
+                max_new_tokens=len(target),
+                draft_mode=mode,  # type: ignore[arg-type]
+                scheduler=SchedulerConfig(k_max=k_max, verify_cost_ms=plan.cost_ms),
+                pad_to=plan.pad_to or None,
+            )
+            res = SpeculativeDecoder(replay, vocab_size=vocab).generate(
+                prompt, config=cfg, draft=draft, eos_ids=[eos_id], is_key=is_key
+            )
+            if res.tokens != target[: len(res.tokens)]:
+                raise RuntimeError("replayed output differs from the target's continuation")
+            decode_sizes = replay.forward_sizes[1:]  # the first forward is the prefill, common to all modes
+            totals[mode].add(lang, len(res.tokens), res.stats.target_forwards, res.stats.draft_forwards,
+                             res.stats.t_draft, estimated_ms(decode_sizes, plan.cost_ms))
+    return totals
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m dspark_lsp.bench.mode_ablation", description=__doc__.split("\n")[0])
+    ap.add_argument("--set", required=True, help="held-out set: JSON with items of {prompt, target} token ids")
+    ap.add_argument("--draft", default="dspark-draft-qwc05")
+    ap.add_argument("--tokenizer", default=None, help="tokenizer dir (default: the prepared default target)")
+    ap.add_argument("--cost", default=None, help="JSON {n: ms} verify-cost curve (default: CI machine, packed fp32)")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    try:
+        from transformers import AutoTokenizer
+
+        from dspark_lsp.draftnet.source import load_draft
+        from dspark_lsp.engine.model_draft import HybridDraftSource
+        from dspark_lsp.models.loader import resolve_model
+        from dspark_lsp.models.registry import DEFAULT_TARGET
+
+        data = json.loads(Path(args.set).read_text())
+        tok_dir = args.tokenizer or str(resolve_model(DEFAULT_TARGET))
+        tokenizer = AutoTokenizer.from_pretrained(tok_dir)
+        cost = {int(k): float(v) for k, v in json.loads(args.cost).items()} if args.cost else DEFAULT_COST
+        draft = HybridDraftSource(load_draft(args.draft))
+    except (OSError, ValueError, KeyError) as exc:
+        raise UserError(f"mode ablation: {exc}") from exc
+    totals = run(list(data["items"]), tokenizer, draft, cost)
+    report = {m: t.as_dict() for m, t in totals.items()}
+    for m, r in report.items():
+        langs = ", ".join(f"{k} {v['est_tokens_per_s']}" for k, v in r["by_language"].items())
+        print(f"{m:9s} tokens/forward {r['tokens_per_forward']:.3f}  draft forwards {r['draft_forwards']:4d}  "
+              f"est. decode tok/s {r['est_tokens_per_s']:.2f}  ({langs})")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except UserError as exc:
+        print(f"dspark-lsp: error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
