@@ -16,14 +16,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
-from dspark_lsp.engine.costs import CALIBRATION_SIZES, cost_profile, measure_verify_cost, plan_forwards
+from dspark_lsp.engine.costs import calibrate_forwards, cost_profile
 from dspark_lsp.engine.decode import SpeculativeDecoder
 from dspark_lsp.engine.draft import DraftSource
 from dspark_lsp.engine.model_draft import HybridDraftSource, ModelDraftSource
 from dspark_lsp.engine.ngram import NgramDraftSource
 from dspark_lsp.engine.prefix_cache import PrefixCache
 from dspark_lsp.errors import UserError
-from dspark_lsp.models.packing import is_packed
+from dspark_lsp.models.packing import PACK_MODES, is_packed
 from dspark_lsp.prompt import build_fim_prompt
 
 Progress = Callable[[str, float | None], None]
@@ -100,8 +100,8 @@ class ServiceConfig:
             out.append("prefixShare must be a number in [0.1, 1]")
         if self.multiline not in _MULTILINE:
             out.append(f"multiline must be one of {', '.join(_MULTILINE)}")
-        if self.pack_weights not in ("auto", "on", "off"):
-            out.append(f"packWeights {self.pack_weights!r} is not one of auto, on, off")
+        if self.pack_weights not in PACK_MODES:
+            out.append(f"packWeights {self.pack_weights!r} is not one of {', '.join(PACK_MODES)}")
         if self.draft_mode not in ("semi", "ar", "parallel"):
             out.append("draftMode must be semi, ar or parallel")
         if not _is_num(self.temperature) or not 0.0 <= self.temperature <= 2.0:
@@ -246,7 +246,7 @@ class CompletionService:
         # when calibration is off.
         self.pad_to: dict[int, int] = {}
         if config.calibrate:
-            plan = plan_forwards(measure_verify_cost(target, sizes=CALIBRATION_SIZES, repeats=2, monotone=False))
+            plan = calibrate_forwards(target)
             self.verify_cost_ms, self.pad_to = plan.cost_ms, plan.pad_to
         else:
             self.verify_cost_ms = cost_profile(str(param.device), str(param.dtype), packed=is_packed(target))

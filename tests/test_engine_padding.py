@@ -10,7 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
-from dspark_lsp.engine.costs import interpolate_cost, measure_verify_cost, plan_forwards, raw_monotone
+from dspark_lsp.engine.costs import (
+    CALIBRATION_SIZES,
+    calibrate_forwards,
+    interpolate_cost,
+    measure_verify_cost,
+    plan_forwards,
+    raw_monotone,
+)
 from dspark_lsp.engine.decode import SpeculativeDecoder
 from dspark_lsp.engine.kv import cache_len, new_cache
 from dspark_lsp.engine.ngram import NgramDraftSource
@@ -22,6 +29,7 @@ CI_CURVE = {1: 80.1, 2: 99.1, 3: 75.2, 4: 71.0, 5: 72.6, 6: 73.8, 8: 95.5}
 def test_plan_pads_small_forwards_to_the_cheap_shape() -> None:
     plan = plan_forwards(CI_CURVE)
     assert plan.pad_to == {1: 4, 2: 4, 3: 4}  # 3 -> 4 saves 5.6%; 5 -> 6 would cost more
+    assert plan.measured_ms == CI_CURVE
     assert plan.cost_ms[1] == plan.cost_ms[2] == plan.cost_ms[4] == 71.0
     assert plan.cost_ms[7] == pytest.approx((73.8 + 95.5) / 2, abs=0.01)  # interpolated, never padded to
     assert 7 not in plan.pad_to
@@ -42,8 +50,14 @@ def test_plan_is_consistent_for_any_curve(raw: dict[int, float]) -> None:
 
 def test_measured_curve_has_every_size(random_lm: Any) -> None:
     model = random_lm(1, vocab_size=48, hidden=16)
-    raw = measure_verify_cost(model, context=16, sizes=(1, 2, 3), repeats=1, monotone=False)
+    raw = measure_verify_cost(model, context=16, sizes=(1, 2, 3), repeats=1)
     assert set(raw) == {1, 2, 3} and all(v > 0 for v in raw.values())
+
+
+def test_calibration_plans_from_what_it_measured(random_lm: Any) -> None:
+    plan = calibrate_forwards(random_lm(2, vocab_size=48, hidden=16))
+    assert set(plan.measured_ms) == set(CALIBRATION_SIZES)
+    assert plan == plan_forwards(plan.measured_ms)  # the plan is a function of the measurement alone
 
 
 @settings(max_examples=15, deadline=None)

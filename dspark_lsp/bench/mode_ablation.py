@@ -25,6 +25,7 @@ from dspark_lsp.engine.costs import plan_forwards
 from dspark_lsp.engine.decode import SpeculativeDecoder
 from dspark_lsp.engine.draft import DraftSource
 from dspark_lsp.errors import UserError
+from dspark_lsp.models.fim import FimTokens, detect_fim_tokens
 
 MODES = ("semi", "ar", "parallel")
 # Measured on the CI machine with packed fp32 weights (bench/results/2026-11-29-s2, calibration line).
@@ -67,14 +68,14 @@ class ModeTotals:
         }
 
 
-def _split_fim(text: str) -> tuple[str, str] | None:
-    """(prefix, suffix) of a Qwen FIM prompt decoded to text, or None if it is not one."""
-    pre, suf, mid = "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"
-    if pre not in text or suf not in text or mid not in text:
+def _split_fim(prompt: list[int], fim: FimTokens) -> tuple[list[int], list[int]] | None:
+    """(prefix ids, suffix ids) of a FIM prompt (prefix marker, prefix, suffix marker, suffix, middle
+    marker), or None if it is not one."""
+    try:
+        p, s, m = prompt.index(fim.prefix_id), prompt.index(fim.suffix_id), prompt.index(fim.middle_id)
+    except ValueError:
         return None
-    body = text.split(pre, 1)[1]
-    prefix, rest = body.split(suf, 1)
-    return prefix, rest.split(mid, 1)[0]
+    return (prompt[p + 1 : s], prompt[s + 1 : m]) if p < s < m else None
 
 
 def _guess_language(text: str) -> str:
@@ -90,15 +91,15 @@ def run(items: list[dict[str, Any]], tokenizer: Any, draft: DraftSource, cost: d
 
     plan = plan_forwards(cost)
     vocab = int(len(tokenizer))
-    eos_id = eos if eos is not None else int(tokenizer.convert_tokens_to_ids("<|endoftext|>"))
+    fim = detect_fim_tokens(tokenizer)
+    eos_id = eos if eos is not None else fim.eos_ids[0]
     totals = {m: ModeTotals() for m in MODES}
     for item in items:
         prompt, target = list(item["prompt"]), list(item["target"])
-        text = str(tokenizer.decode(prompt, skip_special_tokens=False))
-        parts = _split_fim(text)
+        parts = _split_fim(prompt, fim)
         if parts is None:
             continue
-        prefix, suffix = parts
+        prefix, suffix = (str(tokenizer.decode(ids, skip_special_tokens=False)) for ids in parts)
         lang = _guess_language(prefix + suffix)
         doc = SyntaxDocument(prefix + suffix, lang)
         scope = doc.completion_scope(len(prefix))

@@ -23,7 +23,7 @@ import torch
 
 from dspark_lsp.bench.prompts import BenchPrompt, corpus_prompts, find_humaneval_dir, humaneval_prompts
 from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
-from dspark_lsp.engine.costs import CALIBRATION_SIZES, measure_verify_cost, plan_forwards, raw_monotone
+from dspark_lsp.engine.costs import calibrate_forwards, measure_verify_cost, raw_monotone
 from dspark_lsp.engine.decode import SpeculativeDecoder
 from dspark_lsp.engine.draft import DraftSource
 from dspark_lsp.engine.model_draft import HybridDraftSource, ModelDraftSource
@@ -184,9 +184,10 @@ def run_bench(args: argparse.Namespace) -> int:
 
     decoder = SpeculativeDecoder(target)  # no prefix cache: every method prefills every prompt
     # The same calibration the server does at load: this machine's verify-cost curve.
-    raw_cost = measure_verify_cost(target, sizes=CALIBRATION_SIZES, repeats=2, monotone=False)
-    plan = plan_forwards(raw_cost)
-    verify_cost = plan.cost_ms
+    plan = calibrate_forwards(target)
+    raw_cost = plan.measured_ms
+    # --no-pad: the curve as measured (made non-decreasing), as the scheduler would see it unpadded.
+    verify_cost = raw_monotone(raw_cost) if args.no_pad else plan.cost_ms
     pad_to = {} if args.no_pad else plan.pad_to
     log(f"verify cost (ms per forward of n tokens): measured {raw_cost}; padding {pad_to or 'off'}")
     results = {m: MethodResult(m) for m in methods}
@@ -226,7 +227,7 @@ def run_bench(args: argparse.Namespace) -> int:
             else:
                 dcfg = DecodeConfig(
                     max_new_tokens=args.max_new_tokens,
-                    scheduler=SchedulerConfig(verify_cost_ms=verify_cost if pad_to else raw_monotone(raw_cost)),
+                    scheduler=SchedulerConfig(verify_cost_ms=verify_cost),
                     pad_to=pad_to or None,
                 )
                 src: DraftSource | None = draft
@@ -324,7 +325,7 @@ def _median_ms(fn: Any, repeats: int = 5) -> float:
 def _forward_costs(target: Any, draft: DraftSource | None, context: int) -> dict[str, Any]:
     """Fastest-of-5 ms of one target forward of n tokens on a ``context``-token KV cache, raw (the
     scheduler's calibration, without its monotone smoothing), and median ms of the draft's steps."""
-    raw = measure_verify_cost(target, context=context, sizes=(1, 2, 4, 6, 8), repeats=5, monotone=False)
+    raw = measure_verify_cost(target, context=context, sizes=(1, 2, 4, 6, 8), repeats=5)
     out: dict[str, Any] = {"context": context, "target": {str(n): ms for n, ms in raw.items()}}
     g = torch.Generator().manual_seed(0)
     ctx = torch.randint(0, min(int(target.config.vocab_size), 100_000), (context,), generator=g).tolist()

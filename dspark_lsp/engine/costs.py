@@ -45,9 +45,8 @@ def cost_profile(device: str, dtype_name: str, packed: bool = False) -> dict[int
 def measure_verify_cost(
     model: Any,
     context: int = 128,
-    sizes: tuple[int, ...] = (1, 2, 4, 8),
+    sizes: tuple[int, ...] = CALIBRATION_SIZES,
     repeats: int = 3,
-    monotone: bool = True,
 ) -> dict[int, float]:
     """Fastest of ``repeats`` ms of one forward of n tokens on a ``context``-token KV cache, measured on this machine.
 
@@ -75,7 +74,7 @@ def measure_verify_cost(
             crop(cache, context)
         # The minimum, not the median: on a shared machine interference only ever adds time.
         out[n] = round(min(times), 3)
-    return out if not monotone else raw_monotone(out)
+    return out
 
 
 def raw_monotone(raw: dict[int, float]) -> dict[int, float]:
@@ -101,6 +100,8 @@ class ForwardPlan:
 
     # n -> ms of a forward of n tokens, padding included (non-decreasing in n): what the scheduler uses.
     cost_ms: dict[int, float] = field(default_factory=dict)
+    # The raw measurement the plan was made from (for reports, and for running without padding).
+    measured_ms: dict[int, float] = field(default_factory=dict)
     # n -> the length to pad a forward of n tokens to; only where it saves at least `min_saving`.
     pad_to: dict[int, int] = field(default_factory=dict)
 
@@ -126,4 +127,10 @@ def plan_forwards(raw: dict[int, float], min_saving: float = 0.03) -> ForwardPla
     # Non-decreasing, as the scheduler assumes: a longer forward can always be padded like a shorter one.
     for n in range(top - 1, 0, -1):
         effective[n] = min(effective[n], effective[n + 1])
-    return ForwardPlan(cost_ms=effective, pad_to=pad_to)
+    return ForwardPlan(cost_ms=effective, pad_to=pad_to, measured_ms=dict(raw))
+
+
+def calibrate_forwards(model: Any) -> ForwardPlan:
+    """Time ``model`` on this machine (1-2 s for the 0.5B on a CPU) and plan its forwards: what the
+    server does at load and the benchmark does before its methods run."""
+    return plan_forwards(measure_verify_cost(model, sizes=CALIBRATION_SIZES, repeats=2))

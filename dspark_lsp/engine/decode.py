@@ -76,13 +76,14 @@ class SpeculativeDecoder:
         out = Proposal(dists=[] if config.temperature > 0 else None)
         name = str(getattr(draft, "name", "draft"))
         cum = 1.0  # the draft's own probability that every token so far is right
+        key_cut = False  # the last block stopped at a position already classified as key
         while len(out.tokens) < k:
             if config.draft_mode == "ar" or not draft.supports_parallel:
                 parallel = False
             elif config.draft_mode == "parallel":
                 parallel = True
             else:
-                parallel = not (is_key(generated + out.tokens) if is_key is not None else False)
+                parallel = not (key_cut or (is_key(generated + out.tokens) if is_key is not None else False))
             want = k - len(out.tokens) if parallel else 1
             t0 = time.perf_counter()
             p = draft.propose(

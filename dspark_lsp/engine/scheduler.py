@@ -77,14 +77,10 @@ class ConfidenceScheduler:
         kept only if all before it were.
         """
         c = self.config
-        r = min(max(self._rate, 0.0), 0.999)
-        best_k, best = c.k_min, -1.0
-        expected = 1.0 + sum(r**j for j in range(1, c.k_min + 1))
-        for k in range(c.k_min, c.k_max + 1):
-            if k > c.k_min:
-                expected += r**k
-            value = expected / self._cost(k + 1)
-            if value > best + 1e-12:
+        best_k, best = c.k_min, self._value(c.k_min)
+        for k in range(c.k_min + 1, c.k_max + 1):
+            value = self._value(k)
+            if value > best + 1e-12:  # ties go to the shorter draft
                 best_k, best = k, value
         # When even the cheapest draft costs more than it is expected to save (a CPU where verifying 2
         # tokens costs twice one), draft nothing; every 4th such round still probes with k_min so the

@@ -11,12 +11,9 @@ between a one-token and a six-token forward of the stock model).
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 from torch import nn
 
-PackMode = Literal["auto", "on", "off"]
 PACK_MODES: tuple[str, ...] = ("auto", "on", "off")
 
 # The layout is chosen for this many rows; any row count works, this one is the common verify size.
@@ -64,13 +61,15 @@ def _should_pack(model: nn.Module, mode: str) -> bool:
     if mode == "off":
         return False
     param = next(model.parameters(), None)
-    on_cpu = param is not None and param.device.type == "cpu"
-    usable = on_cpu and param is not None and param.dtype in _PACKABLE_DTYPES and packing_available()
-    if mode == "on" and not usable:
-        why = "oneDNN prepacked linear ops are missing from this torch build" if not packing_available() \
-            else "only fp32/bf16 models on the CPU can be packed"
+    if not packing_available():
+        why = "oneDNN prepacked linear ops are missing from this torch build"
+    elif param is None or param.device.type != "cpu" or param.dtype not in _PACKABLE_DTYPES:
+        why = "only fp32/bf16 models on the CPU can be packed"
+    else:
+        return True
+    if mode == "on":
         raise ValueError(f"cannot pack weights: {why}")
-    return usable
+    return False
 
 
 def pack_linears(model: nn.Module, mode: str = "auto", batch_hint: int = BATCH_HINT) -> int:
