@@ -302,3 +302,15 @@ def test_free_lookups_are_not_cut_by_tau_where_verifying_more_is_free(target: An
     assert proposed({1: 100.0, 8: 100.0}) == full  # flat: all 4 guesses verified every round
     assert proposed({1: 100.0, 2: 100.0, 3: 200.0, 8: 700.0}) == 18  # 2nd guess costs: tau stops at 1
     assert proposed(None) == 18  # no cost model: tau alone decides
+
+
+def test_a_run_of_misses_does_not_stop_drafting_where_one_token_in_four_lands() -> None:
+    # Each draft token adds ~15% to the verify forward: a draft pays only if it lands > ~15% of the time.
+    sched = ConfidenceScheduler(SchedulerConfig(verify_cost_ms={1: 89.0, 2: 102.0, 3: 115.0, 4: 128.0, 8: 180.0}))
+    ks = []
+    for _ in range(12):  # 1 of every 4 single-token drafts lands, misses come in runs of 3
+        for accepted in (0, 0, 0, 1):
+            ks.append(sched.next_k())
+            sched.update(1, accepted)
+    assert 0.15 < sched.state()[2] / sched.state()[3] < 0.35  # the counts see ~1 in 4
+    assert ks.count(0) == 0  # drafting pays at 25% and never stops
