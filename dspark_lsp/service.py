@@ -499,17 +499,26 @@ def _ids_covering(ids: list[int], n_chars: int, decode: Callable[[list[int]], st
 
 
 def load_draft_source(spec: str, target: Any, config: ServiceConfig) -> DraftSource:
-    """A trained DSpark draft (shipped name or a directory with draft_config.json) or any HF causal LM.
+    """A trained DSpark draft (shipped name or a directory with draft_config.json), a feature draft
+    (feat_config.json; it reads this target's hidden states), or any HF causal LM.
 
     Both are wrapped with n-gram lookup (HybridDraftSource): a confident match in the document is a free
     parallel proposal; otherwise a trained draft uses its masked parallel step.
     """
     from pathlib import Path
 
-    from dspark_lsp.draftnet.io import CONFIG, shipped_drafts
+    from dspark_lsp.draftnet.io import CONFIG, resolve_draft_dir, shipped_drafts
     from dspark_lsp.draftnet.source import load_draft
+    from dspark_lsp.featdraft.io import is_feat_draft_dir
 
-    if spec in shipped_drafts() or (Path(spec).expanduser() / CONFIG).is_file():
+    if spec in shipped_drafts() or (Path(spec).expanduser() / CONFIG).is_file() or is_feat_draft_dir(
+        Path(spec).expanduser()
+    ):
+        where = resolve_draft_dir(spec)
+        if is_feat_draft_dir(where):
+            from dspark_lsp.featdraft.source import load_feature_draft
+
+            return HybridDraftSource(load_feature_draft(where, target))
         return HybridDraftSource(load_draft(spec))
     from dspark_lsp.models.loader import load_causal_lm
 

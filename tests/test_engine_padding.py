@@ -86,10 +86,12 @@ def test_padding_leaves_no_trace_in_the_cache(random_lm: Any) -> None:
     target = random_lm(9, vocab_size=48, hidden=32, layers=2)
     decoder = SpeculativeDecoder(target)
     cache = new_cache(target)
-    logits = decoder._forward([1, 2, 3], cache, {3: 8})
+    logits, hidden = decoder._forward([1, 2, 3], cache, {3: 8}, hidden=True)
     assert logits.shape[0] == 3 and cache_len(cache) == 3
-    fresh = decoder._forward([1, 2, 3], new_cache(target), None)
+    assert hidden is not None and hidden.shape[0] == 3
+    fresh, fresh_hidden = decoder._forward([1, 2, 3], new_cache(target), None, hidden=True)
     assert (logits - fresh).abs().max().item() < 1e-4
+    assert fresh_hidden is not None and (hidden - fresh_hidden).abs().max().item() < 1e-4
 
 
 def test_pad_to_must_lengthen() -> None:

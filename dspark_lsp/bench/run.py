@@ -333,6 +333,10 @@ def _forward_costs(target: Any, draft: DraftSource | None, context: int) -> dict
     if model_src is not None and not isinstance(model_src, NgramDraftSource):
         src = model_src
         src.reset()
+        set_features = getattr(src, "set_features", None)
+        if set_features is not None:  # a feature draft reads target features: random rows will do
+            d = int(getattr(target.config, "hidden_size", 0))
+            set_features(0, torch.randn(context + 1, d, generator=g))
         src.propose(ctx, 1, parallel=False, tau=0.0)  # prefill the draft's own cache once
         flip = [0]
         for mode, parallel, n in (("draft_ar_1", False, 1), ("draft_parallel_4", True, 4)):

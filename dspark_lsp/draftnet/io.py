@@ -37,7 +37,9 @@ def shipped_drafts() -> list[str]:
     root = resources.files("dspark_lsp") / "drafts"
     if not root.is_dir():  # an install without shipped drafts
         return []
-    return sorted(p.name for p in root.iterdir() if p.is_dir() and (p / CONFIG).is_file())
+    # A feature draft (featdraft/, config "feat_config.json") ships in the same folder.
+    return sorted(p.name for p in root.iterdir()
+                  if p.is_dir() and ((p / CONFIG).is_file() or (p / "feat_config.json").is_file()))
 
 
 def resolve_draft_dir(path_or_name: str | Path) -> Path:

@@ -14,7 +14,7 @@ import torch
 
 from dspark_lsp.draftnet.io import DEFAULT_DRAFT, load_draft_net
 from dspark_lsp.draftnet.model import DraftNet, KVCache
-from dspark_lsp.draftnet.vocab import MASK_ID, N_RESERVED, DraftVocab
+from dspark_lsp.draftnet.vocab import MASK_ID, DraftVocab, pick_token
 from dspark_lsp.engine.draft import Proposal
 from dspark_lsp.engine.prefix_cache import common_prefix_len
 
@@ -69,22 +69,6 @@ class TrainedDraftSource:
         return self.model(ids[None], positions[None], None, self._cache)[0].float()
 
     # -- proposals ----------------------------------------------------------------------------------
-    def _pick(
-        self, logits: torch.Tensor, temperature: float, generator: torch.Generator | None
-    ) -> tuple[int, float, torch.Tensor | None]:
-        """(target id, draft probability, distribution over the target vocab or None)."""
-        logits = logits.clone()
-        logits[:N_RESERVED] = float("-inf")  # never propose UNK / MASK: they are not target tokens
-        if temperature <= 0:
-            probs = torch.softmax(logits, -1)
-            d = int(probs.argmax())
-            return int(self.vocab.to_target[d]), float(probs[d]), None
-        probs = torch.softmax(logits / temperature, -1)
-        d = int(torch.multinomial(probs, 1, generator=generator))
-        dist = torch.zeros(self.vocab.target_vocab_size)
-        dist[self.vocab.to_target[N_RESERVED:]] = probs[N_RESERVED:]
-        return int(self.vocab.to_target[d]), float(probs[d]), dist
-
     def propose(
         self,
         context: list[int],
@@ -103,7 +87,7 @@ class TrainedDraftSource:
         logits = self._sync(list(context))
         out.forwards += 1
         while True:
-            tok, p, dist = self._pick(logits, temperature, generator)
+            tok, p, dist = pick_token(self.vocab, logits, temperature, generator)
             out.tokens.append(tok)
             out.confidence.append(p)
             if out.dists is not None and dist is not None:
@@ -138,7 +122,7 @@ class TrainedDraftSource:
         self._seen = window[:]
         out.forwards += 1
         for i in range(n):
-            tok, p, dist = self._pick(logits[i], temperature, generator)
+            tok, p, dist = pick_token(self.vocab, logits[i], temperature, generator)
             out.tokens.append(tok)
             out.confidence.append(p)
             if out.dists is not None and dist is not None:

@@ -44,3 +44,22 @@ class DraftVocab:
         if t.numel() and (int(t.min()) < 0 or int(t.max()) >= self.target_vocab_size):
             raise ValueError("token id outside the target vocabulary")
         return self.to_draft[t]
+
+
+def pick_token(
+    vocab: DraftVocab, logits: torch.Tensor, temperature: float, generator: torch.Generator | None
+) -> tuple[int, float, torch.Tensor | None]:
+    """From draft logits over the reduced vocabulary: (target id, draft probability, distribution over
+    the target vocabulary when sampling, else None). UNK and MASK are never proposed: they are not
+    target tokens."""
+    logits = logits.float().clone()
+    logits[:N_RESERVED] = float("-inf")
+    if temperature <= 0:
+        probs = torch.softmax(logits, -1)
+        d = int(probs.argmax())
+        return int(vocab.to_target[d]), float(probs[d]), None
+    probs = torch.softmax(logits / temperature, -1)
+    d = int(torch.multinomial(probs, 1, generator=generator))
+    dist = torch.zeros(vocab.target_vocab_size)
+    dist[vocab.to_target[N_RESERVED:]] = probs[N_RESERVED:]
+    return int(vocab.to_target[d]), float(probs[d]), dist

@@ -19,7 +19,7 @@ import torch
 
 from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
 from dspark_lsp.engine.draft import DraftSource, Proposal
-from dspark_lsp.engine.kv import cache_len, crop, forward, new_cache
+from dspark_lsp.engine.kv import cache_len, crop, forward, forward_hidden, new_cache
 from dspark_lsp.engine.prefix_cache import PrefixCache
 from dspark_lsp.engine.scheduler import ConfidenceScheduler
 from dspark_lsp.engine.stats import DecodeStats
@@ -148,16 +148,24 @@ class SpeculativeDecoder:
                 break
         return out
 
-    def _forward(self, tokens: list[int], cache: Any, pad_to: dict[int, int] | None) -> torch.Tensor:
-        """Target logits for ``tokens`` on ``cache``, run padded where the plan says that is cheaper."""
+    def _forward(
+        self, tokens: list[int], cache: Any, pad_to: dict[int, int] | None, hidden: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Target logits (and, if asked, last hidden states) for ``tokens`` on ``cache``, run padded
+        where the plan says that is cheaper."""
         n = len(tokens)
         m = pad_to.get(n, n) if pad_to else n
-        if m <= n:
-            return forward(self.target, tokens, cache)
-        # Causal attention: the real tokens never see the padding; its cache entries go right away.
-        logits = forward(self.target, tokens + [tokens[-1]] * (m - n), cache)[:n]
-        crop(cache, cache_len(cache) - (m - n))
-        return logits
+        feed = tokens + [tokens[-1]] * (m - n) if m > n else tokens
+        if hidden:
+            logits, h = forward_hidden(self.target, feed, cache)
+        else:
+            logits, h = forward(self.target, feed, cache), None
+        if m > n:
+            # Causal attention: the real tokens never see the padding; its cache entries go right away.
+            crop(cache, cache_len(cache) - (m - n))
+            logits = logits[:n]
+            h = None if h is None else h[:n]
+        return logits, h
 
     # ----------------------------------------------------------------------------------- verification
     def _accept_greedy(
@@ -262,18 +270,29 @@ class SpeculativeDecoder:
 
         # Prefill the whole prompt (as `model.generate` does, so greedy output matches it bit for bit),
         # reusing a cached prefix; at least the last prompt token is always fed to get its logits.
-        cache, reused = (None, 0)
+        # A feature-conditioned draft reads the target's last hidden states: keep them for every
+        # position the target runs (from feat_start on; a reused prefix brings its own when stored).
+        want_feats = draft is not None and bool(getattr(draft, "wants_features", False))
+        feat_rows: list[torch.Tensor] = []
+        cache, reused, stored = (None, 0, None)
         if self.prefix_cache is not None and len(prompt) > 1:
-            cache, reused = self.prefix_cache.take(prompt[:-1])
+            cache, reused, stored = self.prefix_cache.take_with_features(prompt[:-1])
         if cache is None:
             cache, reused = new_cache(self.target), 0
+        feat_start = reused
+        if want_feats and stored is not None and stored[0] + int(stored[1].shape[0]) == reused:
+            feat_start = stored[0]
+            feat_rows.append(stored[1])
         stats.reused_tokens = reused
         stats.prefill_tokens = len(prompt) - reused
         last_logits: torch.Tensor | None = None
         for start in range(reused, len(prompt), PREFILL_CHUNK):
             if cancel is not None and cancel.is_set() and start + PREFILL_CHUNK < len(prompt):
                 break
-            last_logits = self._forward(prompt[start : start + PREFILL_CHUNK], cache, config.pad_to)[-1]
+            chunk_logits, h = self._forward(prompt[start : start + PREFILL_CHUNK], cache, config.pad_to, want_feats)
+            last_logits = chunk_logits[-1]
+            if h is not None:
+                feat_rows.append(h)
         # The prefill produces the first token, so it counts once (however many slices it took):
         # target-only decoding then shows exactly 1.0 tokens per target forward.
         if last_logits is not None:
@@ -311,6 +330,12 @@ class SpeculativeDecoder:
             proposal = Proposal()
             if draft is not None and room > 0:
                 k = min(sched.next_k(), room)
+                if k > 0 and want_feats:
+                    if len(feat_rows) > 1:
+                        feat_rows = [torch.cat(feat_rows)]
+                    set_features = getattr(draft, "set_features", None)
+                    if set_features is not None and feat_rows:
+                        set_features(feat_start, feat_rows[0])
                 if k > 0:
                     td = time.perf_counter()
                     proposal = self._draft(draft, ids, generated, k, sched, config, is_key, stats, generator)
@@ -320,7 +345,7 @@ class SpeculativeDecoder:
                         proposal = Proposal()
             tv = time.perf_counter()
             base = cache_len(cache)
-            logits = self._forward([ids[-1]] + proposal.tokens, cache, config.pad_to)
+            logits, h = self._forward([ids[-1]] + proposal.tokens, cache, config.pad_to, want_feats)
             stats.target_forwards += 1
             if config.temperature > 0:
                 m, nxt = self._accept_sampled(
@@ -329,6 +354,8 @@ class SpeculativeDecoder:
             else:
                 m, nxt = self._accept_greedy(logits, proposal.tokens, config)
             crop(cache, base + 1 + m)
+            if h is not None:
+                feat_rows.append(h[: m + 1])  # the pending token and the accepted drafts
             stats.t_verify += time.perf_counter() - tv
             if proposal.tokens:
                 sched.update(len(proposal.tokens), m)
@@ -363,6 +390,9 @@ class SpeculativeDecoder:
             full = prompt + generated
             covered = min(cache_len(cache), len(full))
             crop(cache, covered)
-            self.prefix_cache.put(full[:covered], cache)
+            features = None
+            if want_feats and feat_rows and covered > feat_start:
+                features = (feat_start, torch.cat(feat_rows)[: covered - feat_start])
+            self.prefix_cache.put(full[:covered], cache, features)
         stats.t_total = time.perf_counter() - t0
         return DecodeResult(tokens=generated, stats=stats, scheduler_state=sched.state())

@@ -57,6 +57,17 @@ def forward(model: Any, ids: list[int], cache: DynamicCache) -> torch.Tensor:
     return out.logits[0].float()
 
 
+@torch.inference_mode()
+def forward_hidden(model: Any, ids: list[int], cache: DynamicCache) -> tuple[torch.Tensor, torch.Tensor]:
+    """Like :func:`forward`, plus the last hidden states [len(ids), d] the LM head read (the features a
+    feature-conditioned draft consumes)."""
+    device = next(model.parameters()).device
+    x = torch.tensor([ids], dtype=torch.long, device=device)
+    kwargs = {_cache_kwarg(model): cache, "use_cache": True, "output_hidden_states": True}
+    out = model(input_ids=x, **kwargs)
+    return out.logits[0].float(), out.hidden_states[-1][0].float()
+
+
 def cache_nbytes(cache: DynamicCache | None) -> int:
     """Bytes held by the key/value tensors of ``cache`` (for the memory bound)."""
     if cache is None:

@@ -105,6 +105,13 @@ class HybridDraftSource:
         # 0.55 is NgramDraftSource's confidence for a 1-token match: any match is trusted.
         self.min_lookup_confidence = min_lookup_confidence
         self.name = f"{model_source.name}+ngram"
+        # A feature-conditioned draft behind the lookup still needs the target's features every round.
+        self.wants_features = bool(getattr(model_source, "wants_features", False))
+
+    def set_features(self, start: int, feats: torch.Tensor) -> None:
+        setter = getattr(self.model_source, "set_features", None)
+        if setter is not None:
+            setter(start, feats)
 
     def reset(self) -> None:
         self.model_source.reset()

@@ -12,6 +12,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
+import torch
 from transformers import DynamicCache
 
 from dspark_lsp.engine.kv import cache_len, cache_nbytes, crop
@@ -25,10 +26,16 @@ def common_prefix_len(a: list[int], b: list[int]) -> int:
     return i
 
 
+# (first position, rows): the target's last hidden states for positions first.. of the entry's ids, kept
+# for a feature-conditioned draft so a reused prefix does not leave it blind.
+Features = tuple[int, torch.Tensor]
+
+
 @dataclass
 class _Entry:
     ids: list[int]
     cache: DynamicCache
+    features: Features | None = None
 
 
 class PrefixCache:
@@ -47,6 +54,11 @@ class PrefixCache:
 
     def take(self, ids: list[int]) -> tuple[DynamicCache | None, int]:
         """Remove and return the entry sharing the longest prefix with ``ids``, cropped to that prefix."""
+        cache, n, _ = self.take_with_features(ids)
+        return cache, n
+
+    def take_with_features(self, ids: list[int]) -> tuple[DynamicCache | None, int, Features | None]:
+        """As :meth:`take`, plus the entry's stored features cropped to the same prefix (or None)."""
         with self._lock:
             best_key, best_len = None, 0
             for key, entry in self._entries.items():
@@ -54,18 +66,22 @@ class PrefixCache:
                 if n > best_len:
                     best_key, best_len = key, n
             if best_key is None or best_len < self.min_reuse:
-                return None, 0
+                return None, 0, None
             entry = self._entries.pop(best_key)
         crop(entry.cache, best_len)
-        return entry.cache, best_len
+        feats = entry.features
+        if feats is not None:
+            first, rows = feats
+            feats = (first, rows[: max(0, best_len - first)]) if best_len > first else None
+        return entry.cache, best_len, feats
 
-    def put(self, ids: list[int], cache: DynamicCache) -> None:
+    def put(self, ids: list[int], cache: DynamicCache, features: Features | None = None) -> None:
         if cache_len(cache) != len(ids):
             raise ValueError(f"cache covers {cache_len(cache)} tokens, ids has {len(ids)}")
         if len(ids) > self.max_tokens:
             return
         with self._lock:
-            self._entries[self._next_key] = _Entry(list(ids), cache)
+            self._entries[self._next_key] = _Entry(list(ids), cache, features)
             self._next_key += 1
             self._evict()
 

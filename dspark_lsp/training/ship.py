@@ -9,17 +9,25 @@ from pathlib import Path
 
 from dspark_lsp.draftnet.io import CONFIG, VOCAB, WEIGHTS, load_draft_net
 from dspark_lsp.errors import UserError
+from dspark_lsp.featdraft.io import CONFIG as FEAT_CONFIG
+from dspark_lsp.featdraft.io import is_feat_draft_dir, load_feat_draft
 
 MAX_BYTES = 60 * 1024 * 1024
 
 
 def ship(export_dir: Path, dest: Path, eval_files: list[Path]) -> None:
-    load_draft_net(export_dir)  # refuse to ship something that does not load
+    # Refuse to ship something that does not load. A feature draft (featdraft/) has its own config file.
+    if is_feat_draft_dir(export_dir):
+        load_feat_draft(export_dir)
+        names = (WEIGHTS, FEAT_CONFIG, VOCAB)
+    else:
+        load_draft_net(export_dir)
+        names = (WEIGHTS, CONFIG, VOCAB)
     size = (export_dir / WEIGHTS).stat().st_size
     if size > MAX_BYTES:
         raise UserError(f"{export_dir / WEIGHTS} is {size / 2**20:.1f} MiB, over the 60 MiB budget")
     dest.mkdir(parents=True, exist_ok=True)
-    for name in (WEIGHTS, CONFIG, VOCAB):
+    for name in names:
         shutil.copy2(export_dir / name, dest / name)
     if eval_files:
         (dest / "eval").mkdir(exist_ok=True)

@@ -1,0 +1,57 @@
+"""Shape of the feature draft (saved as ``feat_config.json`` beside the weights)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from dspark_lsp.draftnet.config import DraftNetConfig
+from dspark_lsp.errors import UserError
+
+
+@dataclass
+class FeatDraftConfig:
+    """``d_model`` must equal the target's hidden size (the draft reads and predicts target features).
+
+    ``vocab_size`` is the reduced output vocabulary (UNK, MASK, then kept target ids, as the token draft);
+    inputs use the target's own full embedding table, which is not stored with the draft.
+    ``n_layers`` decoder layers (EAGLE uses one: its inputs already hold the target's whole computation).
+    """
+
+    d_model: int = 896
+    n_heads: int = 14
+    d_ff: int = 2432
+    n_layers: int = 1
+    vocab_size: int = 8194
+    target_vocab_size: int = 151936
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-6
+    max_context: int = 1024
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.n_heads or (self.d_model // self.n_heads) % 2:
+            raise UserError("d_model must split into n_heads heads of even size")
+        if self.n_layers < 1:
+            raise UserError("the feature draft needs at least one layer")
+
+    def block_config(self) -> DraftNetConfig:
+        """The token draft's block shape, reused for this draft's decoder layer(s)."""
+        return DraftNetConfig(vocab_size=self.vocab_size, d_model=self.d_model, n_layers=self.n_layers,
+                              n_heads=self.n_heads, d_ff=self.d_ff, rope_theta=self.rope_theta,
+                              norm_eps=self.norm_eps, n_parallel=1, max_context=self.max_context,
+                              target_vocab_size=self.target_vocab_size)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+    @classmethod
+    def load(cls, path: Path) -> FeatDraftConfig:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise UserError(f"cannot read feature draft config {path}: {exc}") from exc
+        unknown = set(data) - {f.name for f in fields(cls)}
+        if unknown:
+            raise UserError(f"unknown feature draft config keys: {sorted(unknown)}")
+        return cls(**data)

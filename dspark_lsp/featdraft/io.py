@@ -1,0 +1,49 @@
+"""Saving and loading a feature draft: ``model.safetensors`` + ``feat_config.json`` + ``vocab.json``.
+
+The directory format is told apart from the token draft's by its config file name."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from dspark_lsp.draftnet.vocab import DraftVocab
+from dspark_lsp.errors import ModelError
+from dspark_lsp.featdraft.config import FeatDraftConfig
+from dspark_lsp.featdraft.model import FeatDraft
+
+WEIGHTS, CONFIG, VOCAB = "model.safetensors", "feat_config.json", "vocab.json"
+
+
+def is_feat_draft_dir(path: Path) -> bool:
+    return (path / CONFIG).is_file()
+
+
+def save_feat_draft(out: Path, model: FeatDraft, vocab: DraftVocab, meta: dict[str, object],
+                    dtype: torch.dtype = torch.float16) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().to(dtype).contiguous() for k, v in model.state_dict().items()}
+    save_file(state, str(out / WEIGHTS), metadata={"format": "pt"})
+    (out / CONFIG).write_text(model.cfg.to_json())
+    (out / VOCAB).write_text(json.dumps({"target_ids": vocab.target_ids.tolist(),
+                                         "target_vocab_size": vocab.target_vocab_size, **meta}))
+
+
+def load_feat_draft(d: Path, dtype: torch.dtype = torch.float32) -> tuple[FeatDraft, DraftVocab, dict[str, object]]:
+    for name in (WEIGHTS, CONFIG, VOCAB):
+        if not (d / name).is_file():
+            raise ModelError(f"feature draft directory {d} lacks {name}")
+    cfg = FeatDraftConfig.load(d / CONFIG)
+    meta = json.loads((d / VOCAB).read_text())
+    vocab = DraftVocab(meta.pop("target_ids"), int(meta.pop("target_vocab_size")))
+    if vocab.size != cfg.vocab_size:
+        raise ModelError(f"feature draft {d}: vocab.json has {vocab.size} ids, the config says {cfg.vocab_size}")
+    model = FeatDraft(cfg)
+    try:
+        model.load_state_dict({k: t.to(dtype) for k, t in load_file(str(d / WEIGHTS)).items()})
+    except RuntimeError as exc:
+        raise ModelError(f"feature draft weights in {d} do not fit its config: {exc}") from exc
+    return model.to(dtype).eval(), vocab, meta

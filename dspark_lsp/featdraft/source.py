@@ -1,0 +1,126 @@
+"""``FeatureDraftSource``: the feature draft behind the engine's ``DraftSource`` protocol.
+
+The decode loop hands it the target's features (``set_features``) before each draft call: row i is the
+target's last hidden state at context position ``start + i``; they cover every position the target has
+run, i.e. all of the context but its last token. Draft position j reads (f_j, token j+1) and predicts
+token j+2, so the true positions give the first proposal directly; each further token feeds the draft's
+own predicted feature back in. Context tokens past the features (a lookup's proposal earlier in the same
+round) are chained the same way.
+
+Its KV cache holds true positions only and is re-synced by longest common prefix, like the token
+draft's; keys of drafted steps are dropped at the end of each call.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dspark_lsp.draftnet.vocab import DraftVocab, pick_token
+from dspark_lsp.engine.draft import Proposal
+from dspark_lsp.engine.prefix_cache import common_prefix_len
+from dspark_lsp.errors import ModelError
+from dspark_lsp.featdraft.io import load_feat_draft
+from dspark_lsp.featdraft.model import FeatDraft
+
+
+class FeatureDraftSource:
+    supports_parallel = False
+    wants_features = True
+
+    def __init__(self, model: FeatDraft, vocab: DraftVocab, embed: Any, name: str = "feature-draft") -> None:
+        """``embed``: the target's input embedding module (token ids -> [.., d]); the draft reads its
+        inputs through the target's own table, which is not stored with the draft."""
+        self.model, self.vocab, self.embed, self.name = model.eval(), vocab, embed, name
+        self.max_context = model.cfg.max_context
+        self._dtype = model.fc.weight.dtype
+        self.reset()
+
+    def reset(self) -> None:
+        self._cache = self.model.new_cache()
+        self._seen: list[int] = []  # token j+1 for each cached draft position j = start, start+1, ...
+        self._start = 0
+        self._feat_start = 0
+        self._feats: torch.Tensor | None = None
+
+    def set_features(self, start: int, feats: torch.Tensor) -> None:
+        self._feat_start, self._feats = start, feats
+
+    def _step(self, tokens: list[int], feats: torch.Tensor, first_pos: int) -> torch.Tensor:
+        """Run draft positions first_pos.. on the cache; returns the last predicted feature [d]."""
+        with torch.inference_mode():
+            emb = self.embed(torch.tensor([tokens], dtype=torch.long))
+            pos = torch.arange(first_pos, first_pos + len(tokens))[None]
+            g = self.model(emb, feats[None].to(self._dtype), pos, None, self._cache)
+        return g[0, -1]
+
+    @torch.inference_mode()
+    def propose(
+        self,
+        context: list[int],
+        max_tokens: int,
+        *,
+        parallel: bool,
+        tau: float,
+        temperature: float = 0.0,
+        generator: torch.Generator | None = None,
+    ) -> Proposal:
+        out = Proposal(dists=[] if temperature > 0 else None)
+        feats = self._feats
+        if max_tokens <= 0 or feats is None:
+            return out
+        n_ctx = len(context)
+        true_end = min(self._feat_start + int(feats.shape[0]), n_ctx - 1)  # positions with true features
+        start = self._feat_start
+        if true_end - start > self.max_context:
+            # Past the window, its start moves in jumps of half a window so calls keep sharing a cache.
+            half = self.max_context // 2
+            start += ((true_end - start - self.max_context) // half + 1) * half
+        if true_end <= start:
+            return out
+        if start != self._start:
+            self._cache = self.model.new_cache()
+            self._seen, self._start = [], start
+        toks = context[start + 1 : true_end + 1]
+        keep = min(common_prefix_len(self._seen, toks), len(toks) - 1)
+        self._cache.crop(keep)
+        lo = start + keep - self._feat_start
+        g = self._step(toks[keep:], feats[lo : lo + len(toks) - keep], start + keep)
+        self._seen = list(toks)
+        pos = true_end
+        try:
+            for j in range(true_end, n_ctx - 1):  # context the target has not run yet
+                g = self._step([context[j + 1]], g[None], j)
+                out.forwards += 1
+                pos = j + 1
+            out.forwards += 1
+            while True:
+                tok, p, dist = pick_token(self.vocab, self.model.logits(g), temperature, generator)
+                out.tokens.append(tok)
+                out.confidence.append(p)
+                if out.dists is not None and dist is not None:
+                    out.dists.append(dist)
+                if len(out.tokens) >= max_tokens or p < tau:
+                    return out
+                g = self._step([tok], g[None], pos)
+                pos += 1
+                out.forwards += 1
+        finally:
+            self._cache.crop(len(self._seen))  # keys of guessed features are not context
+
+
+def load_feature_draft(path: str | Path, target: Any, dtype: torch.dtype = torch.float32) -> FeatureDraftSource:
+    """Load a feature draft for ``target``; it must be the target the draft was trained on (same hidden
+    size and vocabulary), since the draft reads that target's hidden states."""
+    model, vocab, _meta = load_feat_draft(Path(path), dtype)
+    hidden = int(getattr(target.config, "hidden_size", -1))
+    vocab_size = int(getattr(target.config, "vocab_size", -1))
+    if hidden != model.cfg.d_model or vocab_size != vocab.target_vocab_size:
+        raise ModelError(
+            f"feature draft {Path(str(path)).name} reads a target with hidden size {model.cfg.d_model} and "
+            f"{vocab.target_vocab_size} tokens; this target has {hidden} and {vocab_size}: use it with the "
+            "target it was trained for, or pick another draft (draftModel)"
+        )
+    return FeatureDraftSource(model, vocab, target.get_input_embeddings(), name=Path(str(path)).name)

@@ -1,0 +1,295 @@
+"""Training the feature draft on extracted target features (``python -m dspark_lsp.training.feat_train``).
+
+Loss per position j: cross-entropy against the target's greedy token a_{j+1} (distillation: the draft
+is scored on what this target says, not on the corpus text) plus a smooth-L1 pull of g_j towards the
+target's next feature f_{j+1}. The layer is unrolled ``unroll`` times ("training-time test"): pass s
+feeds the previous pass's predictions g^{s-1}_{j-1} in place of true features and attends exactly what
+draft step s attends at inference (true keys up to j-s+1, then its own earlier steps), so the draft
+learns from its own errors instead of only from perfect inputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from safetensors import safe_open
+
+from dspark_lsp.draftnet.vocab import UNK_ID, DraftVocab
+from dspark_lsp.errors import UserError
+from dspark_lsp.featdraft.config import FeatDraftConfig
+from dspark_lsp.featdraft.io import save_feat_draft
+from dspark_lsp.featdraft.model import FeatDraft
+from dspark_lsp.training.features import shard_paths
+
+IGNORE = -100
+
+
+@dataclass
+class FeatTrainConfig:
+    name: str = "dspark-feat-qwc05"
+    runs_dir: Path = Path("runs")
+    features: Path = Path("runs/feat-qwc05/features")
+    target: str = ""  # target model directory: embeddings (inputs) and LM head rows (head init)
+    corpus_file: Path = Path("runs/dspark-draft-qwc05/corpus.json")  # the reduced vocabulary
+    d_ff: int = 2432
+    n_layers: int = 1
+    unroll: int = 3
+    batch_size: int = 4
+    lr: float = 5e-4
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 50
+    weight_decay: float = 0.0
+    reg_weight: float = 1.0
+    max_steps: int = 3000
+    max_minutes: float = 0.0
+    checkpoint_minutes: float = 5.0
+    eval_every: int = 100
+    log_every: int = 10
+    threads: int = 2
+    bf16: bool = True  # autocast matmuls to bf16 (AVX512-BF16 CPUs run them ~2x faster)
+    seed: int = 0
+    val_shards: int = 1  # the first shard(s): never trained on
+    extra: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.runs_dir / self.name
+
+
+def unroll_mask(n: int, s: int) -> torch.Tensor:
+    """Bool [1, 1, n, s*n]: what pass ``s`` (1-based) at position j may attend, given the keys of
+    passes 1..s laid side by side: pass-1 keys at positions <= j-s+1, pass-r keys at j-s+r."""
+    j = torch.arange(n)[:, None]
+    k = torch.arange(n)[None, :]
+    blocks = [k <= j - s + 1] + [k == j - s + r for r in range(2, s + 1)]
+    return torch.cat(blocks, dim=1)[None, None]
+
+
+def load_target_tables(target: str, vocab: DraftVocab) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the target's full input embedding table, its LM head rows for the kept vocabulary)."""
+    path = Path(target).expanduser() / "model.safetensors"
+    if not path.is_file():
+        raise UserError(f"no model.safetensors under {target}")
+    with safe_open(str(path), "pt") as f:
+        emb = f.get_tensor("model.embed_tokens.weight").float()
+        keys = set(f.keys())
+        head = f.get_tensor("lm_head.weight").float() if "lm_head.weight" in keys else emb
+    rows = torch.zeros(vocab.size, head.shape[1])
+    rows[2:] = head[vocab.target_ids]
+    return emb, rows
+
+
+class Shards:
+    """Extracted samples in memory; picks up shards the extractor writes while training runs."""
+
+    def __init__(self, root: Path, val_shards: int) -> None:
+        self.root, self.val_shards = root, val_shards
+        self.loaded: set[Path] = set()
+        self.train: list[dict[str, torch.Tensor]] = []
+        self.val: list[dict[str, torch.Tensor]] = []
+
+    def refresh(self) -> int:
+        paths = shard_paths(self.root)
+        for i, p in enumerate(paths):
+            if p in self.loaded:
+                continue
+            rows = torch.load(p, weights_only=True)
+            (self.val if i < self.val_shards else self.train).extend(rows)
+            self.loaded.add(p)
+        return len(self.train)
+
+
+def make_batch(rows: list[dict[str, torch.Tensor]], vocab: DraftVocab) -> dict[str, torch.Tensor]:
+    t = max(int(r["tokens"].numel()) for r in rows)
+    b, d = len(rows), int(rows[0]["feat"].shape[1])
+    tokens = torch.zeros(b, t, dtype=torch.long)
+    feat = torch.zeros(b, t, d)
+    label = torch.full((b, t), IGNORE, dtype=torch.long)
+    valid = torch.zeros(b, t, dtype=torch.bool)
+    for i, r in enumerate(rows):
+        n = int(r["tokens"].numel())
+        tokens[i, :n] = r["tokens"].long()
+        feat[i, :n] = r["feat"].float()
+        lab = vocab.to_draft[r["pred"].long()]
+        lab[lab == UNK_ID] = IGNORE  # the draft cannot propose a token it does not have
+        label[i, :n] = lab
+        valid[i, :n] = True
+    return {"tokens": tokens, "feat": feat, "label": label, "valid": valid}
+
+
+def unrolled_features(
+    model: FeatDraft, emb: torch.Tensor, f_true: torch.Tensor, unroll: int
+) -> list[torch.Tensor]:
+    """The predicted features g^s [B, n, d] of passes s = 1..unroll over inputs (f_true[j], emb[j]).
+
+    Pass s at position j computes exactly what draft step s computes at inference when the true
+    features end at position j-s+1 (tests/test_featdraft.py checks this against the cached path)."""
+    b, n, _ = emb.shape
+    positions = torch.arange(n)[None].expand(b, n)
+    cache = model.new_cache()
+    outs: list[torch.Tensor] = []
+    for s in range(1, unroll + 1):
+        # Step s sees the previous step's guess of the feature, not the truth.
+        f_in = f_true if not outs else torch.cat([f_true[:, :1], outs[-1][:, :-1]], dim=1)
+        outs.append(model(emb, f_in, positions, unroll_mask(n, s), cache))
+    return outs
+
+
+def unrolled_losses(
+    model: FeatDraft, emb_table: torch.Tensor, batch: dict[str, torch.Tensor], unroll: int
+) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Per pass: (token loss, feature loss, top-1 hits, counted positions)."""
+    tokens, feat, label, valid = batch["tokens"], batch["feat"], batch["label"], batch["valid"]
+    n = tokens.shape[1] - 1
+    emb = F.embedding(tokens[:, 1:], emb_table)  # position j reads token j+1
+    f_next = feat[:, 1:]
+    lab, ok = label[:, 1:], valid[:, 1:]
+    out = []
+    for s, g in enumerate(unrolled_features(model, emb, feat[:, :n], unroll), start=1):
+        use = ok.clone()
+        use[:, : s - 1] = False  # step s needs s-1 earlier positions
+        logits = model.logits(g).float()
+        tl = lab.masked_fill(~use, IGNORE)
+        tok_loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tl.reshape(-1), ignore_index=IGNORE)
+        reg = F.smooth_l1_loss(g.float()[use], f_next[use])
+        hits = ((logits.argmax(-1) == tl) & (tl != IGNORE)).sum()
+        count = (tl != IGNORE).sum()
+        out.append((tok_loss, reg, hits, count))
+    return out
+
+
+def lr_at(cfg: FeatTrainConfig, step: int) -> float:
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    frac = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.max_steps - cfg.warmup_steps))
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * frac)))
+
+
+def run(cfg: FeatTrainConfig) -> None:
+    torch.set_num_threads(cfg.threads)
+    if not cfg.corpus_file.is_file():
+        raise UserError(f"no corpus file at {cfg.corpus_file}")
+    saved = json.loads(cfg.corpus_file.read_text())
+    vocab = DraftVocab(saved["target_ids"], saved["target_vocab_size"])
+    emb_table, head_rows = load_target_tables(cfg.target, vocab)
+    net_cfg = FeatDraftConfig(d_model=int(emb_table.shape[1]), d_ff=cfg.d_ff, n_layers=cfg.n_layers,
+                              vocab_size=vocab.size, target_vocab_size=vocab.target_vocab_size)
+    torch.manual_seed(cfg.seed)
+    model = FeatDraft(net_cfg)
+    with torch.no_grad():
+        model.head.weight.copy_(head_rows)  # start from the target's own output head
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    run_dir = cfg.run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    ckpt = run_dir / "checkpoint.pt"
+    step = 0
+    if ckpt.is_file():
+        state = torch.load(ckpt, weights_only=False)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        step = int(state["step"])
+        print(f"resumed at step {step}", file=sys.stderr)
+    (run_dir / "train_config.json").write_text(json.dumps(asdict(cfg), default=str, indent=2))
+    shards = Shards(cfg.features, cfg.val_shards)
+    rng = random.Random(cfg.seed + step)
+    log = (run_dir / "log.jsonl").open("a")
+    t0 = last_ckpt = time.time()
+    while step < cfg.max_steps:
+        if step % 50 == 0 or not shards.train:
+            if shards.refresh() < cfg.batch_size:
+                raise UserError(f"fewer than {cfg.batch_size} training samples in {cfg.features}")
+        for group in opt.param_groups:
+            group["lr"] = lr_at(cfg, step)
+        batch = make_batch(rng.sample(shards.train, cfg.batch_size), vocab)
+        model.train()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
+            parts = unrolled_losses(model, emb_table, batch, cfg.unroll)
+        loss = sum((tl + cfg.reg_weight * rl for tl, rl, _, _ in parts), torch.zeros(()))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        if step % cfg.log_every == 0:
+            rec = {"time": round(time.time(), 1), "step": step, "loss": round(float(loss.detach()), 4),
+                   "lr": round(lr_at(cfg, step), 6), "samples": len(shards.train),
+                   "acc": [round(float(h) / max(int(c), 1), 4) for _, _, h, c in parts],
+                   "tok_loss": [round(float(t), 3) for t, _, _, _ in parts],
+                   "reg": [round(float(r), 4) for _, r, _, _ in parts]}
+            log.write(json.dumps(rec) + "\n")
+            log.flush()
+            print(json.dumps(rec), flush=True)
+        if step % cfg.eval_every == 0 and shards.val:
+            rec = {"step": step, "val_acc": evaluate(model, emb_table, shards.val, vocab, cfg)}
+            log.write(json.dumps(rec) + "\n")
+            log.flush()
+            print(json.dumps(rec), flush=True)
+        out_of_time = cfg.max_minutes and time.time() - t0 > cfg.max_minutes * 60
+        if time.time() - last_ckpt > cfg.checkpoint_minutes * 60 or step >= cfg.max_steps or out_of_time:
+            save(model, opt, step, vocab, cfg)
+            last_ckpt = time.time()
+        if out_of_time:
+            break
+    save(model, opt, step, vocab, cfg)
+
+
+@torch.no_grad()
+def evaluate(model: FeatDraft, emb_table: torch.Tensor, rows: list[dict[str, torch.Tensor]],
+             vocab: DraftVocab, cfg: FeatTrainConfig) -> list[float]:
+    """Top-1 agreement with the target per unrolled step, on the validation shard(s)."""
+    model.eval()
+    hits = [0] * cfg.unroll
+    counts = [0] * cfg.unroll
+    for i in range(0, len(rows), cfg.batch_size):
+        batch = make_batch(rows[i : i + cfg.batch_size], vocab)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
+            parts = unrolled_losses(model, emb_table, batch, cfg.unroll)
+        for s, (_, _, h, c) in enumerate(parts):
+            hits[s] += int(h)
+            counts[s] += int(c)
+    return [round(h / max(c, 1), 4) for h, c in zip(hits, counts, strict=True)]
+
+
+def save(model: FeatDraft, opt: torch.optim.Optimizer, step: int, vocab: DraftVocab, cfg: FeatTrainConfig) -> None:
+    run_dir = cfg.run_dir
+    tmp = run_dir / "checkpoint.tmp"
+    torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, tmp)
+    tmp.replace(run_dir / "checkpoint.pt")
+    save_feat_draft(run_dir / "export", model, vocab, {"step": step, "unroll": cfg.unroll})
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m dspark_lsp.training.feat_train",
+                                description="Train the feature draft on extracted target features.")
+    defaults = FeatTrainConfig()
+    for name, value in asdict(defaults).items():
+        if name == "extra":
+            continue
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=value)
+        else:
+            p.add_argument(flag, type=type(value), default=value)
+    a = vars(p.parse_args(argv))
+    given: dict[str, Any] = {k: (Path(v) if isinstance(getattr(defaults, k), Path) else v) for k, v in a.items()}
+    cfg = FeatTrainConfig(**given)
+    try:
+        run(cfg)
+    except UserError as exc:
+        print(f"dspark-lsp: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,198 @@
+"""The feature-conditioned draft: training/inference agreement, cache sync, losslessness, I/O."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dspark_lsp.draftnet.vocab import N_RESERVED, DraftVocab
+from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
+from dspark_lsp.engine.decode import SpeculativeDecoder
+from dspark_lsp.engine.model_draft import HybridDraftSource
+from dspark_lsp.engine.ngram import NgramDraftSource
+from dspark_lsp.engine.prefix_cache import PrefixCache
+from dspark_lsp.featdraft.config import FeatDraftConfig
+from dspark_lsp.featdraft.io import load_feat_draft, save_feat_draft
+from dspark_lsp.featdraft.model import FeatDraft
+from dspark_lsp.featdraft.source import FeatureDraftSource
+from dspark_lsp.training.feat_train import unroll_mask, unrolled_features
+
+D = 16
+
+
+def tiny_draft(seed: int, vocab: int = 16, d: int = D) -> tuple[FeatDraft, DraftVocab]:
+    torch.manual_seed(seed)
+    dv = DraftVocab(list(range(vocab)), vocab)
+    model = FeatDraft(FeatDraftConfig(d_model=d, n_heads=2, d_ff=2 * d, vocab_size=dv.size,
+                                      target_vocab_size=vocab))
+    with torch.no_grad():
+        model.head.weight.mul_(20.0)  # decisive argmax, like the random targets' scaled heads
+    return model.eval(), dv
+
+
+def test_unroll_mask_matches_the_draft_steps_attention() -> None:
+    m = unroll_mask(5, 3)[0, 0]
+    assert m.shape == (5, 15)
+    # Pass 3 at position 4: true keys 0..2, pass-2 key at 3, its own key at 4.
+    assert m[4, :5].tolist() == [True, True, True, False, False]
+    assert m[4, 5:10].tolist() == [False, False, False, True, False]
+    assert m[4, 10:].tolist() == [False, False, False, False, True]
+    assert unroll_mask(4, 1)[0, 0].equal(torch.ones(4, 4, dtype=torch.bool).tril())
+
+
+@torch.no_grad()
+def test_unrolled_training_pass_equals_cached_drafting() -> None:
+    """Pass s at position j must be exactly draft step s after true features up to j-s+1."""
+    model, _ = tiny_draft(0)
+    n = 9
+    emb = torch.randn(1, n, D)
+    f_true = torch.randn(1, n, D)
+    passes = unrolled_features(model, emb, f_true, 3)
+    for s in (1, 2, 3):
+        for j in range(s - 1, n):
+            cache = model.new_cache()
+            true_end = j - s + 2  # true positions 0 .. j-s+1
+            g = model(emb[:, :true_end], f_true[:, :true_end], torch.arange(true_end)[None], None, cache)[:, -1:]
+            for pos in range(true_end, j + 1):  # each further step reads the previous guess
+                g = model(emb[:, pos : pos + 1], g, torch.tensor([[pos]]), None, cache)
+            assert torch.allclose(g[0, 0], passes[s - 1][0, j], atol=1e-5), (s, j)
+
+
+class _Embed(torch.nn.Module):
+    def __init__(self, vocab: int, d: int) -> None:
+        super().__init__()
+        self.table = torch.nn.Embedding(vocab, d)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.table(ids)
+
+
+def _fresh_proposal(model: FeatDraft, dv: DraftVocab, embed: Any, ctx: list[int], feats: torch.Tensor,
+                    k: int) -> list[int]:
+    src = FeatureDraftSource(model, dv, embed)
+    src.set_features(0, feats)
+    return src.propose(ctx, k, parallel=False, tau=0.0).tokens
+
+
+def test_proposals_after_rejections_equal_a_fresh_source() -> None:
+    model, dv = tiny_draft(1)
+    embed = _Embed(16, D)
+    g = torch.Generator().manual_seed(3)
+    ctx = torch.randint(0, 16, (30,), generator=g).tolist()
+    feats = torch.randn(30, D, generator=g)
+    src = FeatureDraftSource(model, dv, embed)
+    # Contexts grow, shrink (a rejection) and grow again; features always cover all but the last token.
+    for length in (10, 14, 12, 13, 20, 7, 29, 30):
+        src.set_features(0, feats[: length - 1])
+        got = src.propose(ctx[:length], 4, parallel=False, tau=0.0)
+        assert got.tokens == _fresh_proposal(model, dv, embed, ctx[:length], feats[: length - 1], 4)
+        assert len(got.tokens) == 4 and got.forwards == 4
+        assert src._cache.length == len(src._seen) == length - 1  # no guessed keys left behind
+
+
+def test_context_past_the_features_is_chained_not_ignored() -> None:
+    model, dv = tiny_draft(2)
+    embed = _Embed(16, D)
+    ctx = list(range(12))
+    feats = torch.randn(12, D)
+    src = FeatureDraftSource(model, dv, embed)
+    src.set_features(0, feats[:8])  # a lookup proposed tokens 9..11 earlier in this round
+    p = src.propose(ctx, 2, parallel=False, tau=0.0)
+    assert p.forwards == 3 + 2  # three chained positions, then two drafted tokens
+    full = FeatureDraftSource(model, dv, embed)
+    full.set_features(0, feats[:8])
+    assert full.propose(ctx[:9], 5, parallel=False, tau=0.0).tokens[:3] != [] and p.tokens
+
+
+def test_no_features_means_no_proposal() -> None:
+    model, dv = tiny_draft(3)
+    src = FeatureDraftSource(model, dv, _Embed(16, D))
+    assert src.propose([1, 2, 3], 3, parallel=False, tau=0.0).tokens == []
+    src.set_features(5, torch.randn(2, D))  # features only for positions the context lacks
+    assert src.propose([1, 2, 3], 3, parallel=False, tau=0.0).tokens == []
+
+
+def test_window_moves_in_jumps_and_stays_consistent() -> None:
+    model, dv = tiny_draft(4)
+    model.cfg.max_context = 8
+    embed = _Embed(16, D)
+    ctx = [i % 16 for i in range(40)]
+    feats = torch.randn(40, D)
+    src = FeatureDraftSource(model, dv, embed)
+    for length in (10, 11, 12, 20):
+        src.set_features(0, feats[: length - 1])
+        p = src.propose(ctx[:length], 3, parallel=False, tau=0.0)
+        assert len(p.tokens) == 3 and src._cache.length <= 8
+
+
+@settings(max_examples=12)
+@given(seed=st.integers(0, 10_000), n_prompt=st.integers(2, 20), k=st.integers(1, 5),
+       hybrid=st.booleans(), reuse=st.booleans())
+def test_feature_draft_is_lossless(random_lm: Any, greedy_reference: Any, seed: int, n_prompt: int, k: int,
+                                   hybrid: bool, reuse: bool) -> None:
+    target = random_lm(seed % 7, vocab_size=16, hidden=D, layers=1)
+    model, dv = tiny_draft(seed)
+    src: Any = FeatureDraftSource(model, dv, target.get_input_embeddings())
+    if hybrid:
+        src = HybridDraftSource(src, NgramDraftSource())
+    g = torch.Generator().manual_seed(seed)
+    prompt = torch.randint(0, 16, (n_prompt,), generator=g).tolist()
+    cfg = DecodeConfig(max_new_tokens=12, scheduler=SchedulerConfig(fixed_k=k))
+    dec = SpeculativeDecoder(target, prefix_cache=PrefixCache(min_reuse=1) if reuse else None)
+    if reuse:  # a first call leaves a cache (and its features) that the second call's prompt extends
+        dec.generate(prompt, config=cfg, draft=src)
+    out = dec.generate(prompt + [3, 4], config=cfg, draft=src)
+    assert out.tokens == greedy_reference(target, prompt + [3, 4], 12)
+    if not hybrid:  # behind a lookup, a repetitive sequence may never need the draft
+        assert out.stats.draft_forwards > 0
+
+
+def test_prefix_cache_keeps_features_for_the_reused_prefix(random_lm: Any) -> None:
+    target = random_lm(1, vocab_size=16, hidden=D, layers=1)
+    model, dv = tiny_draft(5)
+    src = FeatureDraftSource(model, dv, target.get_input_embeddings())
+    pc = PrefixCache(min_reuse=1)
+    dec = SpeculativeDecoder(target, prefix_cache=pc)
+    cfg = DecodeConfig(max_new_tokens=6)
+    dec.generate(list(range(10)), config=cfg, draft=src)
+    cache, n, feats = pc.take_with_features(list(range(10)) + [0])
+    assert cache is not None and feats is not None and n == 10
+    first, rows = feats
+    assert first == 0 and rows.shape == (10, D)
+    # The stored rows are the target's last hidden states at those positions.
+    with torch.no_grad():
+        h = target(input_ids=torch.tensor([list(range(10))]), output_hidden_states=True).hidden_states[-1][0]
+    assert torch.allclose(rows, h, atol=1e-4)
+
+
+def test_save_and_load_round_trip(tmp_path: Path) -> None:
+    model, dv = tiny_draft(6)
+    save_feat_draft(tmp_path / "d", model, dv, {"step": 7}, dtype=torch.float32)
+    loaded, dv2, meta = load_feat_draft(tmp_path / "d")
+    assert meta["step"] == 7 and dv2.size == dv.size
+    x = torch.randn(1, 4, D)
+    pos = torch.arange(4)[None]
+    assert torch.allclose(loaded(x, x, pos), model(x, x, pos))
+
+
+def test_reserved_ids_are_never_proposed() -> None:
+    model, dv = tiny_draft(7)
+    with torch.no_grad():
+        model.head.weight[:N_RESERVED] = 100.0  # UNK / MASK would win every argmax
+    src = FeatureDraftSource(model, dv, _Embed(16, D))
+    src.set_features(0, torch.randn(5, D))
+    p = src.propose([1, 2, 3, 4, 5, 6], 3, parallel=False, tau=0.0)
+    assert p.tokens and all(0 <= t < 16 for t in p.tokens)
+
+
+def test_load_rejects_a_broken_directory(tmp_path: Path) -> None:
+    from dspark_lsp.errors import ModelError
+
+    (tmp_path / "feat_config.json").write_text("{}")
+    with pytest.raises(ModelError):
+        load_feat_draft(tmp_path)
