@@ -196,3 +196,86 @@ def test_load_rejects_a_broken_directory(tmp_path: Path) -> None:
     (tmp_path / "feat_config.json").write_text("{}")
     with pytest.raises(ModelError):
         load_feat_draft(tmp_path)
+
+
+def _write_shards(target: Any, out: Path, n_shards: int, seqs: int, length: int, vocab: int) -> None:
+    from dspark_lsp.training.features import target_features
+
+    out.mkdir(parents=True)
+    g = torch.Generator().manual_seed(0)
+    for s in range(n_shards):
+        rows = []
+        for _ in range(seqs):
+            # Repetitive sequences, so there is something a draft can learn in a few steps.
+            base = torch.randint(0, vocab, (6,), generator=g).tolist()
+            ids = (base * (length // 6 + 1))[:length]
+            h, a = target_features(target, ids)
+            rows.append({"tokens": torch.tensor(ids, dtype=torch.int32), "feat": h.to(torch.bfloat16),
+                         "pred": a.to(torch.int32), "middle_start": 0})
+        torch.save(rows, out / f"shard_{s:05d}.pt")
+
+
+def test_features_are_the_states_the_lm_head_reads(tiny_target: Any) -> None:
+    from dspark_lsp.training.features import target_features
+
+    ids = [5, 9, 13, 40, 41, 42]
+    h, a = target_features(tiny_target, ids)
+    with torch.no_grad():
+        logits = tiny_target(input_ids=torch.tensor([ids])).logits[0]
+    assert h.shape == (6, tiny_target.config.hidden_size)
+    assert torch.allclose(tiny_target.lm_head(h), logits, atol=1e-4)
+    assert a.tolist() == logits.argmax(-1).tolist()
+
+
+def test_training_lowers_the_loss_checkpoints_and_resumes(tiny_models: tuple[Path, Path], tiny_target: Any,
+                                                          tmp_path: Path) -> None:
+    import json
+
+    from dspark_lsp.training.feat_train import FeatTrainConfig, run
+
+    vocab = int(tiny_target.config.vocab_size)
+    _write_shards(tiny_target, tmp_path / "feats", 3, 8, 40, 300)
+    corpus = tmp_path / "corpus.json"
+    corpus.write_text(json.dumps({"target_ids": list(range(vocab)), "target_vocab_size": vocab}))
+    cfg = FeatTrainConfig(name="t", runs_dir=tmp_path / "runs", features=tmp_path / "feats",
+                          target=str(tiny_models[0]), corpus_file=corpus, n_heads=4, d_ff=64, unroll=2,
+                          batch_size=4, lr=3e-3, warmup_steps=5, max_steps=60, log_every=10, eval_every=60,
+                          threads=1, bf16=False)
+    run(cfg)
+    log = [json.loads(line) for line in (cfg.run_dir / "log.jsonl").read_text().splitlines()]
+    steps = [r for r in log if "tok_loss" in r]
+    assert steps[-1]["tok_loss"][0] < 0.7 * steps[0]["tok_loss"][0]
+    assert steps[-1]["tok_loss"][1] < 0.7 * steps[0]["tok_loss"][1]  # the unrolled step learns too
+    val = [r["val_acc"] for r in log if "val_acc" in r]
+    assert val and len(val[-1]) == 2
+    model, _, meta = load_feat_draft(cfg.run_dir / "export")
+    assert meta["step"] == 60 and model.cfg.d_model == tiny_target.config.hidden_size
+    cfg.max_steps = 65
+    run(cfg)  # resumes from the checkpoint instead of starting over
+    log = [json.loads(line) for line in (cfg.run_dir / "log.jsonl").read_text().splitlines()]
+    assert load_feat_draft(cfg.run_dir / "export")[2]["step"] == 65
+    logged = [r["step"] for r in log if "tok_loss" in r]
+    assert logged == sorted(set(logged))  # a restart from step 0 would log steps 10..60 again
+
+
+def test_a_feature_draft_refuses_a_target_it_was_not_trained_for(random_lm: Any, tmp_path: Path) -> None:
+    from dspark_lsp.errors import ModelError
+    from dspark_lsp.featdraft.source import load_feature_draft
+
+    model, dv = tiny_draft(8)
+    save_feat_draft(tmp_path / "d", model, dv, {}, dtype=torch.float32)
+    with pytest.raises(ModelError, match="hidden size"):
+        load_feature_draft(tmp_path / "d", random_lm(0, vocab_size=16, hidden=2 * D))
+    src = load_feature_draft(tmp_path / "d", random_lm(0, vocab_size=16, hidden=D))
+    assert src.wants_features and src.name == "d"
+
+
+def test_ship_copies_a_feature_draft(tmp_path: Path) -> None:
+    from dspark_lsp.training.ship import ship
+
+    model, dv = tiny_draft(9)
+    save_feat_draft(tmp_path / "export", model, dv, {"step": 1})
+    ship(tmp_path / "export", tmp_path / "shipped", [])
+    assert sorted(p.name for p in (tmp_path / "shipped").iterdir()) == [
+        "feat_config.json", "model.safetensors", "vocab.json"]
+    assert load_feat_draft(tmp_path / "shipped")[2]["step"] == 1

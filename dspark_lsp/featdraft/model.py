@@ -48,7 +48,7 @@ class FeatDraft(nn.Module):
         Returns g [B, T, d], the predicted next features (``logits(g)`` gives tokens)."""
         if mask is None:
             mask = causal_mask(0 if cache is None else cache.length, emb.shape[1], emb.device)
-        dtype = self.fc.weight.dtype
+        dtype = self.norm_e.weight.dtype  # (fc may be a packed stand-in without .weight)
         angles = positions[..., None].float() * self.inv_freq
         cos, sin = angles.cos()[:, None].to(dtype), angles.sin()[:, None].to(dtype)
         x = self.fc(torch.cat([self.norm_e(emb.to(dtype)), self.norm_f(feat.to(dtype))], dim=-1))

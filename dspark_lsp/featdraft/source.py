@@ -35,7 +35,8 @@ class FeatureDraftSource:
         inputs through the target's own table, which is not stored with the draft."""
         self.model, self.vocab, self.embed, self.name = model.eval(), vocab, embed, name
         self.max_context = model.cfg.max_context
-        self._dtype = model.fc.weight.dtype
+        self._dtype = model.norm_e.weight.dtype
+        self._device = model.norm_e.weight.device
         self.reset()
 
     def reset(self) -> None:
@@ -51,9 +52,9 @@ class FeatureDraftSource:
     def _step(self, tokens: list[int], feats: torch.Tensor, first_pos: int) -> torch.Tensor:
         """Run draft positions first_pos.. on the cache; returns the last predicted feature [d]."""
         with torch.inference_mode():
-            emb = self.embed(torch.tensor([tokens], dtype=torch.long))
-            pos = torch.arange(first_pos, first_pos + len(tokens))[None]
-            g = self.model(emb, feats[None].to(self._dtype), pos, None, self._cache)
+            emb = self.embed(torch.tensor([tokens], dtype=torch.long, device=self._device))
+            pos = torch.arange(first_pos, first_pos + len(tokens), device=self._device)[None]
+            g = self.model(emb, feats[None].to(self._device, self._dtype), pos, None, self._cache)
         return g[0, -1]
 
     @torch.inference_mode()
@@ -111,10 +112,23 @@ class FeatureDraftSource:
             self._cache.crop(len(self._seen))  # keys of guessed features are not context
 
 
-def load_feature_draft(path: str | Path, target: Any, dtype: torch.dtype = torch.float32) -> FeatureDraftSource:
+def draft_dtype() -> torch.dtype:
+    """bf16 where the CPU has native bf16 (a draft's rounding changes only its guesses, never the
+    output), else fp32. Measured on the 2-core EPYC, one draft step on a 300-token context: fp32 5.9 ms,
+    fp32 packed 3.8, bf16 2.9, bf16 packed 2.0 (a target forward is ~75-110 ms)."""
+    from dspark_lsp.models.loader import cpu_has_native_bf16
+
+    return torch.bfloat16 if cpu_has_native_bf16() else torch.float32
+
+
+def load_feature_draft(
+    path: str | Path, target: Any, dtype: torch.dtype | None = None, pack: str = "auto"
+) -> FeatureDraftSource:
     """Load a feature draft for ``target``; it must be the target the draft was trained on (same hidden
     size and vocabulary), since the draft reads that target's hidden states."""
-    model, vocab, _meta = load_feat_draft(Path(path), dtype)
+    from dspark_lsp.models.packing import pack_linears
+
+    model, vocab, _meta = load_feat_draft(Path(path), dtype or draft_dtype())
     hidden = int(getattr(target.config, "hidden_size", -1))
     vocab_size = int(getattr(target.config, "vocab_size", -1))
     if hidden != model.cfg.d_model or vocab_size != vocab.target_vocab_size:
@@ -123,4 +137,8 @@ def load_feature_draft(path: str | Path, target: Any, dtype: torch.dtype = torch
             f"{vocab.target_vocab_size} tokens; this target has {hidden} and {vocab_size}: use it with the "
             "target it was trained for, or pick another draft (draftModel)"
         )
+    device = next(target.parameters()).device
+    model.to(device)  # it reads the target's features and embeddings where they are
+    if device.type == "cpu":
+        pack_linears(model, pack)
     return FeatureDraftSource(model, vocab, target.get_input_embeddings(), name=Path(str(path)).name)

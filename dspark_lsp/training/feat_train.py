@@ -41,6 +41,7 @@ class FeatTrainConfig:
     features: Path = Path("runs/feat-qwc05/features")
     target: str = ""  # target model directory: embeddings (inputs) and LM head rows (head init)
     corpus_file: Path = Path("runs/dspark-draft-qwc05/corpus.json")  # the reduced vocabulary
+    n_heads: int = 14
     d_ff: int = 2432
     n_layers: int = 1
     unroll: int = 3
@@ -182,7 +183,8 @@ def run(cfg: FeatTrainConfig) -> None:
     saved = json.loads(cfg.corpus_file.read_text())
     vocab = DraftVocab(saved["target_ids"], saved["target_vocab_size"])
     emb_table, head_rows = load_target_tables(cfg.target, vocab)
-    net_cfg = FeatDraftConfig(d_model=int(emb_table.shape[1]), d_ff=cfg.d_ff, n_layers=cfg.n_layers,
+    net_cfg = FeatDraftConfig(d_model=int(emb_table.shape[1]), n_heads=cfg.n_heads, d_ff=cfg.d_ff,
+                              n_layers=cfg.n_layers,
                               vocab_size=vocab.size, target_vocab_size=vocab.target_vocab_size)
     torch.manual_seed(cfg.seed)
     model = FeatDraft(net_cfg)
@@ -224,8 +226,8 @@ def run(cfg: FeatTrainConfig) -> None:
             rec = {"time": round(time.time(), 1), "step": step, "loss": round(float(loss.detach()), 4),
                    "lr": round(lr_at(cfg, step), 6), "samples": len(shards.train),
                    "acc": [round(float(h) / max(int(c), 1), 4) for _, _, h, c in parts],
-                   "tok_loss": [round(float(t), 3) for t, _, _, _ in parts],
-                   "reg": [round(float(r), 4) for _, r, _, _ in parts]}
+                   "tok_loss": [round(float(t.detach()), 3) for t, _, _, _ in parts],
+                   "reg": [round(float(r.detach()), 4) for _, r, _, _ in parts]}
             log.write(json.dumps(rec) + "\n")
             log.flush()
             print(json.dumps(rec), flush=True)
