@@ -376,6 +376,15 @@ def _report(
 ) -> dict[str, Any]:
     base = results["target_only"]
     base_tps = base.tokens / base.seconds if base.seconds else 0.0
+
+    def decode_tps(r: MethodResult) -> float | None:
+        # Our loops time their prefill separately: tokens per second of the decode rounds alone (the
+        # prefill is the same code for every such method; HF's generate does not split it out).
+        if not r.counts_forwards or r.seconds <= r.t_prefill:
+            return None
+        return r.tokens / (r.seconds - r.t_prefill)
+
+    base_dec = decode_tps(base)
     methods: dict[str, Any] = {}
     for name, r in results.items():
         if r.skipped:
@@ -387,6 +396,8 @@ def _report(
         methods[name] = {
             "tokens_per_s": round(tps, 3),
             "speedup": round(tps / base_tps, 3) if base_tps else None,
+            "decode_tokens_per_s": None if (dt := decode_tps(r)) is None else round(dt, 3),
+            "decode_speedup": round(dt / base_dec, 3) if dt is not None and base_dec else None,
             "mean_accepted": round(r.tokens / r.target_forwards, 3) if r.counts_forwards and r.target_forwards else None,
             "identical": identical,
             "identical_prompts": n_same,
@@ -431,7 +442,8 @@ def _report(
 def _print_table(report: dict[str, Any]) -> None:
     m = report["model"]
     print(f"target={m['target']} draft={m['draft']} assistant={m['assistant']} prompts={len(report['prompts'])}")
-    header = f"{'method':24} {'tok/s':>8} {'speedup':>8} {'acc/fwd':>8} {'identical':>10} {'pass@1':>7} {'draft s':>8} {'verify s':>9}"
+    header = (f"{'method':24} {'tok/s':>8} {'speedup':>8} {'decode x':>8} {'acc/fwd':>8} {'identical':>10} "
+              f"{'pass@1':>7} {'draft s':>8} {'verify s':>9}")
     print(header)
     print("-" * len(header))
     for name, r in report["methods"].items():
@@ -441,8 +453,9 @@ def _print_table(report: dict[str, Any]) -> None:
         split = r["time_split_s"] or {}
         acc = "-" if r["mean_accepted"] is None else f"{r['mean_accepted']:.2f}"
         p1 = "-" if r["pass_at_1"] is None else f"{r['pass_at_1']:.2f}"
+        dec = "-" if r.get("decode_speedup") is None else f"{r['decode_speedup']:.2f}"
         print(
-            f"{name:24} {r['tokens_per_s']:8.2f} {r['speedup']:8.2f} {acc:>8} {str(r['identical']):>10} {p1:>7} "
+            f"{name:24} {r['tokens_per_s']:8.2f} {r['speedup']:8.2f} {dec:>8} {acc:>8} {str(r['identical']):>10} {p1:>7} "
             f"{split.get('draft', 0):8.2f} {split.get('verify', 0):9.2f}"
         )
     if "syntax_step_cost" in report:
