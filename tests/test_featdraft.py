@@ -279,3 +279,25 @@ def test_ship_copies_a_feature_draft(tmp_path: Path) -> None:
     assert sorted(p.name for p in (tmp_path / "shipped").iterdir()) == [
         "feat_config.json", "model.safetensors", "vocab.json"]
     assert load_feat_draft(tmp_path / "shipped")[2]["step"] == 1
+
+
+def test_replay_target_hands_its_features_to_a_feature_draft() -> None:
+    from dspark_lsp.bench.replay_target import ReplayTarget
+
+    model, dv = tiny_draft(10)
+    seq = [i % 16 for i in range(3, 40)]
+    feats = torch.randn(len(seq), D)
+    src = FeatureDraftSource(model, dv, _Embed(16, D))
+    seen: list[torch.Tensor] = []
+    original = src.set_features
+
+    def spy(start: int, rows: torch.Tensor) -> None:
+        seen.append(rows.clone())
+        original(start, rows)
+
+    src.set_features = spy  # type: ignore[method-assign]
+    replay = ReplayTarget(seq, 16, eos=0, features=feats)
+    out = SpeculativeDecoder(replay, vocab_size=16).generate(
+        seq[:10], config=DecodeConfig(max_new_tokens=20), draft=src)
+    assert out.tokens == seq[10:30]
+    assert seen and all(torch.equal(r, feats[: r.shape[0]]) for r in seen)  # the rows of accepted tokens

@@ -86,7 +86,7 @@ def _guess_language(text: str) -> str:
 
 
 def run(items: list[dict[str, Any]], tokenizer: Any, draft: DraftSource, cost: dict[int, float],
-        k_max: int = 5, eos: int | None = None) -> dict[str, ModeTotals]:
+        k_max: int = 5, eos: int | None = None, features: list[Any] | None = None) -> dict[str, ModeTotals]:
     from dspark_lsp.syntax import SyntaxDocument
 
     plan = plan_forwards(cost)
@@ -94,7 +94,7 @@ def run(items: list[dict[str, Any]], tokenizer: Any, draft: DraftSource, cost: d
     fim = detect_fim_tokens(tokenizer)
     eos_id = eos if eos is not None else fim.eos_ids[0]
     totals = {m: ModeTotals() for m in MODES}
-    for item in items:
+    for n_item, item in enumerate(items):
         prompt, target = list(item["prompt"]), list(item["target"])
         parts = _split_fim(prompt, fim)
         if parts is None:
@@ -109,7 +109,7 @@ def run(items: list[dict[str, Any]], tokenizer: Any, draft: DraftSource, cost: d
             def is_key(ids: list[int], tracker: Any = tracker) -> bool:
                 return bool(tracker.is_key_next(tokenizer.decode(ids, skip_special_tokens=False)))
 
-            replay = ReplayTarget(prompt + target, vocab, eos_id)
+            replay = ReplayTarget(prompt + target, vocab, eos_id, features[n_item] if features else None)
             draft.reset()
             cfg = DecodeConfig(
                 max_new_tokens=len(target),
@@ -135,6 +135,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokenizer", default=None, help="tokenizer dir (default: the prepared default target)")
     ap.add_argument("--cost", default=None, help="JSON {n: ms} verify-cost curve (default: CI machine, packed fp32)")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--target", default=None,
+                    help="real target dir: needed for a feature draft (its features and embeddings)")
+    ap.add_argument("--features-cache", default="", help="keep the target's features of --set here")
+    ap.add_argument("--hybrid-min-conf", type=float, default=0.55,
+                    help="n-gram confidence that makes the lookup answer before the draft (0.55: any match)")
     args = ap.parse_args(argv)
     try:
         from transformers import AutoTokenizer
@@ -148,10 +153,23 @@ def main(argv: list[str] | None = None) -> int:
         tok_dir = args.tokenizer or str(resolve_model(DEFAULT_TARGET))
         tokenizer = AutoTokenizer.from_pretrained(tok_dir)
         cost = {int(k): float(v) for k, v in json.loads(args.cost).items()} if args.cost else DEFAULT_COST
-        draft = HybridDraftSource(load_draft(args.draft))
+        from dspark_lsp.featdraft.io import is_feat_draft_dir
+
+        features = None
+        if is_feat_draft_dir(Path(args.draft)):
+            from dspark_lsp.featdraft.source import load_feature_draft
+            from dspark_lsp.training.acceptance import target_features_for
+
+            if not args.target:
+                raise UserError("a feature draft needs --target (the real target's features)")
+            real, features = target_features_for(args.target, data, 1, args.features_cache)
+            draft = HybridDraftSource(load_feature_draft(args.draft, real),
+                                      min_lookup_confidence=args.hybrid_min_conf)
+        else:
+            draft = HybridDraftSource(load_draft(args.draft), min_lookup_confidence=args.hybrid_min_conf)
     except (OSError, ValueError, KeyError) as exc:
         raise UserError(f"mode ablation: {exc}") from exc
-    totals = run(list(data["items"]), tokenizer, draft, cost)
+    totals = run(list(data["items"]), tokenizer, draft, cost, features=features)
     report = {m: t.as_dict() for m, t in totals.items()}
     for m, r in report.items():
         langs = ", ".join(f"{k} {v['est_tokens_per_s']}" for k, v in r["by_language"].items())

@@ -25,12 +25,19 @@ class _Cfg:
 
 
 class ReplayTarget(nn.Module):
-    """Logits at position p are one-hot on ``sequence[p + 1]`` (``eos`` past the end)."""
+    """Logits at position p are one-hot on ``sequence[p + 1]`` (``eos`` past the end).
 
-    def __init__(self, sequence: list[int], vocab_size: int, eos: int) -> None:
+    ``features`` (optional, [len(sequence), d]): the real target's last hidden states over ``sequence``,
+    returned as the last of ``hidden_states`` when asked, so a feature draft can be replayed too. Rows
+    for a fed token that differs from the sequence are wrong, but the decode loop keeps only the rows of
+    accepted tokens, which match it."""
+
+    def __init__(self, sequence: list[int], vocab_size: int, eos: int,
+                 features: torch.Tensor | None = None) -> None:
         super().__init__()
         self.sequence = list(sequence)
         self.eos = eos
+        self.features = features
         self.config = _Cfg(vocab_size)
         self._dummy = nn.Parameter(torch.zeros(1), requires_grad=False)
         self.forward_sizes: list[int] = []
@@ -40,6 +47,7 @@ class ReplayTarget(nn.Module):
         input_ids: torch.Tensor,
         cache: DynamicCache | None = None,
         use_cache: bool = True,
+        output_hidden_states: bool = False,
         **_: Any,
     ) -> Any:
         assert cache is not None
@@ -59,6 +67,13 @@ class ReplayTarget(nn.Module):
 
         out = _Out()
         out.logits = logits  # type: ignore[attr-defined]
+        if output_hidden_states:
+            if self.features is None:
+                raise ValueError("this replay target has no features")
+            rows = self.features[start : start + n]
+            if rows.shape[0] < n:  # fed past the known sequence: padding rows, never kept
+                rows = torch.cat([rows, rows.new_zeros(n - rows.shape[0], rows.shape[1])])
+            out.hidden_states = (rows[None],)  # type: ignore[attr-defined]
         return out
 
 

@@ -136,9 +136,11 @@ def score(src: DraftSource, data: dict[str, object], mode: str, k: int,
                  statistics.fmean(float(c) for _, _, c in all_rounds))
 
 
-def target_features_for(model_dir: str, data: dict[str, object], threads: int) -> tuple[Any, list[torch.Tensor]]:
-    """(the fp32 target, its last hidden states over each item's prompt + continuation), cached beside
-    nothing: one forward per item (~1.5 s each for the 0.5B target on 2 cores)."""
+def target_features_for(
+    model_dir: str, data: dict[str, object], threads: int, cache_file: str = ""
+) -> tuple[Any, list[torch.Tensor]]:
+    """(the fp32 target, its last hidden states over each item's prompt + continuation): one forward
+    per item (~1.5 s each for the 0.5B target on 2 cores), kept in ``cache_file`` when given."""
     from dspark_lsp.engine.kv import forward_hidden, new_cache
     from dspark_lsp.models.loader import load_causal_lm
 
@@ -146,10 +148,14 @@ def target_features_for(model_dir: str, data: dict[str, object], threads: int) -
     model, _ = load_causal_lm(model_dir, device="cpu", dtype="float32", pack="off")
     items = data["items"]
     assert isinstance(items, list)
-    out = []
-    for it in items:
-        _, h = forward_hidden(model, it["prompt"] + it["target"], new_cache(model))
-        out.append(h)
+    seqs = [it["prompt"] + it["target"] for it in items]
+    if cache_file and Path(cache_file).is_file():
+        saved = torch.load(cache_file, weights_only=True)
+        if saved["seqs"] == seqs:
+            return model, list(saved["feats"])
+    out = [forward_hidden(model, seq, new_cache(model))[1] for seq in seqs]
+    if cache_file:
+        torch.save({"seqs": seqs, "feats": out}, cache_file)
     return model, out
 
 
@@ -216,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=0, help="score only the first N prompts")
     ap.add_argument("--cost", action="store_true", help="also time draft vs target forwards (loads the target)")
     ap.add_argument("--json", default="", help="write the scores here")
+    ap.add_argument("--features-cache", default="", help="keep the target features of --set here (feature drafts)")
     a = ap.parse_args(argv)
     try:
         path = Path(a.set)
@@ -236,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.draft != "ngram" and is_feat_draft_dir(Path(a.draft)):
             from dspark_lsp.featdraft.source import load_feature_draft
 
-            target, feats = target_features_for(a.target, data, a.threads)
+            target, feats = target_features_for(a.target, data, a.threads, a.features_cache)
             fsrc = load_feature_draft(a.draft, target)
             src: DraftSource = (HybridDraftSource(fsrc, NgramDraftSource(max_ngram=4, min_ngram=1),
                                                   min_lookup_confidence=a.hybrid_min_conf) if a.hybrid else fsrc)
