@@ -89,10 +89,13 @@ KNOWN_MODELS: dict[str, GGUFModelSpec] = {spec.name: spec for spec in (QWEN_05B,
 
 DEFAULT_TARGET = QWEN_05B.name
 
-# The default pair's draft: our trained DSpark draft (shipped in dspark_lsp/drafts/), behind n-gram
-# lookup. On held-out FIM prompts it gave 2.20 tokens per target forward against 2.07 for lookup alone
-# (dspark_lsp/drafts/dspark-draft-qwc05/MODEL_CARD.md).
-DEFAULT_DRAFT: tuple[str | None, DraftKind] = ("dspark-draft-qwc05", "model")
+# The default pair's draft: our feature-conditioned draft (shipped in dspark_lsp/drafts/), behind n-gram
+# lookup. It reads the 0.5B target's hidden states, so it serves only that target. Same bench run
+# (bench/results/2026-11-29-s3): dspark 1.62x / 1.95 tokens per forward with it, 1.50x / 1.72 with the
+# token draft (dspark_lsp/drafts/dspark-feat-qwc05/MODEL_CARD.md).
+DEFAULT_DRAFT: tuple[str | None, DraftKind] = ("dspark-feat-qwc05", "model")
+# Our target-independent token draft (one tokenizer for the whole Qwen2.5-Coder family): the 1.5B's.
+TOKEN_DRAFT = "dspark-draft-qwc05"
 
 PAIRS: dict[str, PairSpec] = {
     p.name: p
@@ -114,7 +117,7 @@ PAIRS: dict[str, PairSpec] = {
         PairSpec(
             name="qwen2.5-coder-1.5b+dspark",
             target=QWEN_15B.name,
-            draft=DEFAULT_DRAFT[0],
+            draft=TOKEN_DRAFT,
             draft_kind="model",
             description="Qwen2.5-Coder-1.5B target, the DSpark draft behind n-gram lookup",
         ),
