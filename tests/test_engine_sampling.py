@@ -284,3 +284,28 @@ def test_model_draft_sampled_proposal_carries_its_distribution(random_lm: Any) -
             q = p.dists[i]
             assert q is not None and torch.allclose(q, expected, atol=1e-5)
             assert p.confidence[i] == pytest.approx(float(expected[tok]), abs=1e-5)
+
+
+def test_feature_draft_sampled_tokens_follow_target(qwen_case: dict[str, Any]) -> None:
+    """A feature draft (reading the tiny target's hidden states) under sampling: its proposals carry
+    q over the target vocabulary, and token 2, decided by speculative acceptance of its guess, follows
+    the target's distribution."""
+    from dspark_lsp.draftnet.vocab import DraftVocab
+    from dspark_lsp.featdraft.config import FeatDraftConfig
+    from dspark_lsp.featdraft.model import FeatDraft
+    from dspark_lsp.featdraft.source import FeatureDraftSource
+
+    target = qwen_case["target"]
+    torch.manual_seed(11)
+    vocab = DraftVocab(list(range(V)), V)
+    model = FeatDraft(FeatDraftConfig(d_model=16, n_heads=2, d_ff=32, vocab_size=vocab.size, target_vocab_size=V))
+    with torch.no_grad():
+        model.head.weight.mul_(30.0)  # a confident, mostly wrong draft: many rejections to resample
+    draft = FeatureDraftSource(model.eval(), vocab, target.get_input_embeddings())
+    samples = sample_tokens(SpeculativeDecoder(target), qwen_case["prompt"], draft, 1000, k=1, keep=2)
+    assert_follows([s[1] for s in samples], qwen_case["p2"])
+    draft.set_features(0, torch.randn(4, 16))
+    p = draft.propose([1, 2, 3, 4, 5], 2, parallel=False, tau=0.0, temperature=TEMPERATURE,
+                      generator=torch.Generator().manual_seed(0))
+    assert p.dists is not None and len(p.dists) == len(p.tokens) == 2
+    assert all(d is not None and abs(float(d.sum()) - 1.0) < 1e-5 for d in p.dists)
