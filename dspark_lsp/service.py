@@ -505,21 +505,11 @@ def load_draft_source(spec: str, target: Any, config: ServiceConfig) -> DraftSou
     Both are wrapped with n-gram lookup (HybridDraftSource): a confident match in the document is a free
     parallel proposal; otherwise a trained draft uses its masked parallel step.
     """
-    from pathlib import Path
+    from dspark_lsp.trained_drafts import load_trained_draft, trained_draft_dir
 
-    from dspark_lsp.draftnet.io import CONFIG, resolve_draft_dir, shipped_drafts
-    from dspark_lsp.draftnet.source import load_draft
-    from dspark_lsp.featdraft.io import is_feat_draft_dir
-
-    if spec in shipped_drafts() or (Path(spec).expanduser() / CONFIG).is_file() or is_feat_draft_dir(
-        Path(spec).expanduser()
-    ):
-        where = resolve_draft_dir(spec)
-        if is_feat_draft_dir(where):
-            from dspark_lsp.featdraft.source import load_feature_draft
-
-            return HybridDraftSource(load_feature_draft(where, target))
-        return HybridDraftSource(load_draft(spec))
+    where = trained_draft_dir(spec)
+    if where is not None:
+        return HybridDraftSource(load_trained_draft(where, target))
     from dspark_lsp.models.loader import load_causal_lm
 
     model, _tok = load_causal_lm(

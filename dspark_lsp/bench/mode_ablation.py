@@ -144,29 +144,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from transformers import AutoTokenizer
 
-        from dspark_lsp.draftnet.source import load_draft
         from dspark_lsp.engine.model_draft import HybridDraftSource
         from dspark_lsp.models.loader import resolve_model
         from dspark_lsp.models.registry import DEFAULT_TARGET
+        from dspark_lsp.training.acceptance import replay_draft
 
         data = json.loads(Path(args.set).read_text())
         tok_dir = args.tokenizer or str(resolve_model(DEFAULT_TARGET))
         tokenizer = AutoTokenizer.from_pretrained(tok_dir)
         cost = {int(k): float(v) for k, v in json.loads(args.cost).items()} if args.cost else DEFAULT_COST
-        from dspark_lsp.featdraft.io import is_feat_draft_dir
-
-        features = None
-        if is_feat_draft_dir(Path(args.draft)):
-            from dspark_lsp.featdraft.source import load_feature_draft
-            from dspark_lsp.training.acceptance import target_features_for
-
-            if not args.target:
-                raise UserError("a feature draft needs --target (the real target's features)")
-            real, features = target_features_for(args.target, data, 1, args.features_cache)
-            draft = HybridDraftSource(load_feature_draft(args.draft, real),
-                                      min_lookup_confidence=args.hybrid_min_conf)
-        else:
-            draft = HybridDraftSource(load_draft(args.draft), min_lookup_confidence=args.hybrid_min_conf)
+        src, features = replay_draft(args.draft, data, args.target, 1, args.features_cache)
+        draft = HybridDraftSource(src, min_lookup_confidence=args.hybrid_min_conf)
     except (OSError, ValueError, KeyError) as exc:
         raise UserError(f"mode ablation: {exc}") from exc
     totals = run(list(data["items"]), tokenizer, draft, cost, features=features)

@@ -37,9 +37,10 @@ def shipped_drafts() -> list[str]:
     root = resources.files("dspark_lsp") / "drafts"
     if not root.is_dir():  # an install without shipped drafts
         return []
-    # A feature draft (featdraft/, config "feat_config.json") ships in the same folder.
+    from dspark_lsp.featdraft.io import CONFIG as FEAT_CONFIG  # a feature draft ships in the same folder
+
     return sorted(p.name for p in root.iterdir()
-                  if p.is_dir() and ((p / CONFIG).is_file() or (p / "feat_config.json").is_file()))
+                  if p.is_dir() and ((p / CONFIG).is_file() or (p / FEAT_CONFIG).is_file()))
 
 
 def resolve_draft_dir(path_or_name: str | Path) -> Path:

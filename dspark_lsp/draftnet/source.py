@@ -15,7 +15,7 @@ import torch
 from dspark_lsp.draftnet.io import DEFAULT_DRAFT, load_draft_net
 from dspark_lsp.draftnet.model import DraftNet, KVCache
 from dspark_lsp.draftnet.vocab import MASK_ID, DraftVocab, pick_token
-from dspark_lsp.engine.draft import Proposal
+from dspark_lsp.engine.draft import Proposal, window_start
 from dspark_lsp.engine.prefix_cache import common_prefix_len
 
 
@@ -39,10 +39,7 @@ class TrainedDraftSource:
     def _window(self, context: list[int]) -> tuple[int, list[int]]:
         """The part of the context the draft looks at. Past max_context, the window start moves in
         jumps of half the window, so consecutive calls mostly share it and keep their cache."""
-        if len(context) <= self.max_context:
-            return 0, context
-        half = self.max_context // 2
-        start = ((len(context) - self.max_context) // half + 1) * half
+        start = window_start(len(context), self.max_context)
         return start, context[start:]
 
     def _sync(self, context: list[int]) -> torch.Tensor:

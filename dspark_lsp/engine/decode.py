@@ -20,7 +20,7 @@ import torch
 from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
 from dspark_lsp.engine.draft import DraftSource, Proposal
 from dspark_lsp.engine.kv import cache_len, crop, forward, forward_hidden, new_cache
-from dspark_lsp.engine.prefix_cache import PrefixCache
+from dspark_lsp.engine.prefix_cache import Features, PrefixCache
 from dspark_lsp.engine.scheduler import ConfidenceScheduler
 from dspark_lsp.engine.stats import DecodeStats
 
@@ -32,6 +32,27 @@ PREFILL_CHUNK = 256
 KeyFn = Callable[[list[int]], bool]  # generated ids so far -> is the next position a key position?
 StopFn = Callable[[list[int]], bool]  # generated ids so far -> must generation end now?
 TokensFn = Callable[[list[int]], None]  # streaming callback with all generated ids so far
+
+
+class _FeatureTrack:
+    """The target's last hidden states for positions ``start`` .. of the sequence, grown as the target
+    runs (for a draft that reads them). Positions before ``start`` came from a reused cache without
+    stored features; the draft simply sees less context."""
+
+    def __init__(self, start: int, stored: Features | None) -> None:
+        self.start = start
+        self.rows: torch.Tensor | None = None
+        if stored is not None and stored[0] + int(stored[1].shape[0]) == start:
+            self.start, self.rows = stored
+
+    def add(self, h: torch.Tensor) -> None:
+        self.rows = h if self.rows is None else torch.cat([self.rows, h])
+
+    def upto(self, end: int) -> Features | None:
+        """(start, rows) for positions before ``end``, or None when there are none."""
+        if self.rows is None or end <= self.start:
+            return None
+        return self.start, self.rows[: end - self.start]
 
 
 @dataclass
@@ -271,18 +292,14 @@ class SpeculativeDecoder:
         # Prefill the whole prompt (as `model.generate` does, so greedy output matches it bit for bit),
         # reusing a cached prefix; at least the last prompt token is always fed to get its logits.
         # A feature-conditioned draft reads the target's last hidden states: keep them for every
-        # position the target runs (from feat_start on; a reused prefix brings its own when stored).
+        # position the target runs (a reused prefix brings its own when the prefix cache stored them).
         want_feats = draft is not None and bool(getattr(draft, "wants_features", False))
-        feat_rows: list[torch.Tensor] = []
         cache, reused, stored = (None, 0, None)
         if self.prefix_cache is not None and len(prompt) > 1:
             cache, reused, stored = self.prefix_cache.take_with_features(prompt[:-1])
         if cache is None:
             cache, reused = new_cache(self.target), 0
-        feat_start = reused
-        if want_feats and stored is not None and stored[0] + int(stored[1].shape[0]) == reused:
-            feat_start = stored[0]
-            feat_rows.append(stored[1])
+        feats = _FeatureTrack(reused, stored if want_feats else None)
         stats.reused_tokens = reused
         stats.prefill_tokens = len(prompt) - reused
         last_logits: torch.Tensor | None = None
@@ -292,7 +309,7 @@ class SpeculativeDecoder:
             chunk_logits, h = self._forward(prompt[start : start + PREFILL_CHUNK], cache, config.pad_to, want_feats)
             last_logits = chunk_logits[-1]
             if h is not None:
-                feat_rows.append(h)
+                feats.add(h)
         # The prefill produces the first token, so it counts once (however many slices it took):
         # target-only decoding then shows exactly 1.0 tokens per target forward.
         if last_logits is not None:
@@ -330,12 +347,8 @@ class SpeculativeDecoder:
             proposal = Proposal()
             if draft is not None and room > 0:
                 k = min(sched.next_k(), room)
-                if k > 0 and want_feats:
-                    if len(feat_rows) > 1:
-                        feat_rows = [torch.cat(feat_rows)]
-                    set_features = getattr(draft, "set_features", None)
-                    if set_features is not None and feat_rows:
-                        set_features(feat_start, feat_rows[0])
+                if k > 0 and want_feats and feats.rows is not None:
+                    draft.set_features(feats.start, feats.rows)  # type: ignore[attr-defined]
                 if k > 0:
                     td = time.perf_counter()
                     proposal = self._draft(draft, ids, generated, k, sched, config, is_key, stats, generator)
@@ -355,7 +368,7 @@ class SpeculativeDecoder:
                 m, nxt = self._accept_greedy(logits, proposal.tokens, config)
             crop(cache, base + 1 + m)
             if h is not None:
-                feat_rows.append(h[: m + 1])  # the pending token and the accepted drafts
+                feats.add(h[: m + 1])  # the pending token and the accepted drafts
             stats.t_verify += time.perf_counter() - tv
             if proposal.tokens:
                 sched.update(len(proposal.tokens), m)
@@ -390,9 +403,6 @@ class SpeculativeDecoder:
             full = prompt + generated
             covered = min(cache_len(cache), len(full))
             crop(cache, covered)
-            features = None
-            if want_feats and feat_rows and covered > feat_start:
-                features = (feat_start, torch.cat(feat_rows)[: covered - feat_start])
-            self.prefix_cache.put(full[:covered], cache, features)
+            self.prefix_cache.put(full[:covered], cache, feats.upto(covered))
         stats.t_total = time.perf_counter() - t0
         return DecodeResult(tokens=generated, stats=stats, scheduler_state=sched.state())

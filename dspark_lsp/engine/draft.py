@@ -61,3 +61,13 @@ class DraftSource(Protocol):
     def reset(self) -> None:
         """Forget all cached state (called between unrelated calls when memory must be freed)."""
         ...
+
+
+def window_start(length: int, max_context: int) -> int:
+    """Where a draft with a ``max_context`` window starts reading a ``length``-token context: 0 while it
+    fits, then moving in jumps of half a window, so consecutive calls mostly share the window (and the
+    draft's KV cache) instead of re-reading it on every token."""
+    if length <= max_context:
+        return 0
+    half = max(1, max_context // 2)
+    return ((length - max_context) // half + 1) * half

@@ -48,23 +48,24 @@ def _cache_kwarg(model: Any) -> str:
 
 
 @torch.inference_mode()
-def forward(model: Any, ids: list[int], cache: DynamicCache) -> torch.Tensor:
-    """Run ``ids`` through ``model`` on top of ``cache`` (extended in place); returns logits [len(ids), V]."""
+def _run(model: Any, ids: list[int], cache: DynamicCache, hidden: bool) -> Any:
     device = next(model.parameters()).device
     x = torch.tensor([ids], dtype=torch.long, device=device)
-    kwargs = {_cache_kwarg(model): cache, "use_cache": True}
-    out = model(input_ids=x, **kwargs)
-    return out.logits[0].float()
+    kwargs: dict[str, Any] = {_cache_kwarg(model): cache, "use_cache": True}
+    if hidden:  # only when asked: stand-in targets (tests, replays) need not know the keyword
+        kwargs["output_hidden_states"] = True
+    return model(input_ids=x, **kwargs)
 
 
-@torch.inference_mode()
+def forward(model: Any, ids: list[int], cache: DynamicCache) -> torch.Tensor:
+    """Run ``ids`` through ``model`` on top of ``cache`` (extended in place); returns logits [len(ids), V]."""
+    return _run(model, ids, cache, False).logits[0].float()
+
+
 def forward_hidden(model: Any, ids: list[int], cache: DynamicCache) -> tuple[torch.Tensor, torch.Tensor]:
     """Like :func:`forward`, plus the last hidden states [len(ids), d] the LM head read (the features a
     feature-conditioned draft consumes)."""
-    device = next(model.parameters()).device
-    x = torch.tensor([ids], dtype=torch.long, device=device)
-    kwargs = {_cache_kwarg(model): cache, "use_cache": True, "output_hidden_states": True}
-    out = model(input_ids=x, **kwargs)
+    out = _run(model, ids, cache, True)
     return out.logits[0].float(), out.hidden_states[-1][0].float()
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from dspark_lsp.draftnet.vocab import DraftVocab, pick_token
-from dspark_lsp.engine.draft import Proposal
+from dspark_lsp.engine.draft import Proposal, window_start
 from dspark_lsp.engine.prefix_cache import common_prefix_len
 from dspark_lsp.errors import ModelError
 from dspark_lsp.featdraft.io import load_feat_draft
@@ -74,11 +74,7 @@ class FeatureDraftSource:
             return out
         n_ctx = len(context)
         true_end = min(self._feat_start + int(feats.shape[0]), n_ctx - 1)  # positions with true features
-        start = self._feat_start
-        if true_end - start > self.max_context:
-            # Past the window, its start moves in jumps of half a window so calls keep sharing a cache.
-            half = self.max_context // 2
-            start += ((true_end - start - self.max_context) // half + 1) * half
+        start = self._feat_start + window_start(true_end - self._feat_start, self.max_context)
         if true_end <= start:
             return out
         if start != self._start:

@@ -23,11 +23,12 @@ from typing import Any
 import torch
 
 from dspark_lsp.draftnet.io import DEFAULT_DRAFT
-from dspark_lsp.draftnet.source import TrainedDraftSource, load_draft
+from dspark_lsp.draftnet.source import TrainedDraftSource
 from dspark_lsp.engine.draft import DraftSource
 from dspark_lsp.engine.model_draft import HybridDraftSource
 from dspark_lsp.engine.ngram import NgramDraftSource
 from dspark_lsp.errors import UserError
+from dspark_lsp.featdraft.io import is_feat_draft_dir
 from dspark_lsp.training.corpus import collect, default_roots, is_held_out, read_text
 from dspark_lsp.training.samples import EOS, SampleMaker, SampleShape, load_tokenizer
 
@@ -159,6 +160,24 @@ def target_features_for(
     return model, out
 
 
+def replay_draft(
+    spec: str, data: dict[str, object], target_dir: str | None, threads: int, features_cache: str = ""
+) -> tuple[DraftSource, list[torch.Tensor] | None]:
+    """A trained draft (shipped name or directory) for an offline replay of ``data``, plus the target's
+    features over each item when the draft reads them (a feature draft needs ``target_dir``)."""
+    from dspark_lsp.trained_drafts import load_trained_draft, trained_draft_dir
+
+    where = trained_draft_dir(spec)
+    if where is None:
+        raise UserError(f"no trained draft {spec!r} (a shipped name or a draft directory)")
+    if not is_feat_draft_dir(where):
+        return load_trained_draft(where, None), None
+    if not target_dir:
+        raise UserError(f"{where.name} is a feature draft: pass --target (the real target's directory)")
+    target, feats = target_features_for(target_dir, data, threads, features_cache)
+    return load_trained_draft(where, target), feats
+
+
 def forward_cost_ms(src: TrainedDraftSource, context: int = 256, reps: int = 30) -> dict[str, float]:
     """Median ms of one draft forward with a KV cache of ``context`` tokens: 1 new token, and 1 + 3 masks."""
     ids = src.vocab.target_ids[torch.randint(0, src.vocab.target_ids.numel(), (context + 1,))].tolist()
@@ -237,23 +256,14 @@ def main(argv: list[str] | None = None) -> int:
         if a.limit:
             data["items"] = data["items"][: a.limit]
         torch.set_num_threads(a.threads)
-        from dspark_lsp.featdraft.io import is_feat_draft_dir
-
         feats: list[torch.Tensor] | None = None
-        if a.draft != "ngram" and is_feat_draft_dir(Path(a.draft)):
-            from dspark_lsp.featdraft.source import load_feature_draft
-
-            target, feats = target_features_for(a.target, data, a.threads, a.features_cache)
-            fsrc = load_feature_draft(a.draft, target)
-            src: DraftSource = (HybridDraftSource(fsrc, NgramDraftSource(max_ngram=4, min_ngram=1),
-                                                  min_lookup_confidence=a.hybrid_min_conf) if a.hybrid else fsrc)
-        elif a.draft == "ngram":
-            src = NgramDraftSource()
-        elif a.hybrid:
-            src = HybridDraftSource(load_draft(a.draft), NgramDraftSource(max_ngram=4, min_ngram=1),
-                                    min_lookup_confidence=a.hybrid_min_conf)
+        if a.draft == "ngram":
+            src: DraftSource = NgramDraftSource()
         else:
-            src = load_draft(a.draft)
+            src, feats = replay_draft(a.draft, data, a.target, a.threads, a.features_cache)
+            if a.hybrid:
+                src = HybridDraftSource(src, NgramDraftSource(max_ngram=4, min_ngram=1),
+                                        min_lookup_confidence=a.hybrid_min_conf)
         result: dict[str, object] = {"draft": a.draft, "prompts": len(data["items"]),
                                      "target_tokens": sum(len(it["target"]) for it in data["items"])}
         for mode in MODES:

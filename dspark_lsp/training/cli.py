@@ -11,9 +11,10 @@ from dspark_lsp.errors import UserError
 from dspark_lsp.training.config import TrainConfig
 
 
-def _add_config_flags(p: argparse.ArgumentParser) -> None:
-    defaults = TrainConfig()
-    for f in fields(TrainConfig):
+def add_config_flags(p: argparse.ArgumentParser, cls: type[Any] = TrainConfig) -> None:
+    """One flag per field of the config dataclass ``cls`` (every field needs a default)."""
+    defaults = cls()
+    for f in fields(cls):
         flag = "--" + f.name.replace("_", "-")
         default = getattr(defaults, f.name)
         help_text = f.metadata.get("help", "")
@@ -23,13 +24,13 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
             p.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
         else:
             p.add_argument(flag, type=type(default), default=None, help=f"{help_text} (default: {default})".strip())
-    assert all(f.default is not MISSING or f.default_factory is not MISSING for f in fields(TrainConfig))
+    assert all(f.default is not MISSING or f.default_factory is not MISSING for f in fields(cls))
 
 
-def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    given: dict[str, Any] = {f.name: getattr(args, f.name) for f in fields(TrainConfig)
+def config_from_args(args: argparse.Namespace, cls: type[Any] = TrainConfig) -> Any:
+    given: dict[str, Any] = {f.name: getattr(args, f.name) for f in fields(cls)
                              if getattr(args, f.name, None) is not None}
-    return TrainConfig(**given)
+    return cls(**given)
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -48,7 +49,7 @@ def add_train_parser(subparsers: Any) -> None:
         description="Train a small draft model with the target's tokenizer and a reduced vocabulary. "
         "Checkpoints go to RUNS_DIR/NAME/; running the same command again resumes.",
     )
-    _add_config_flags(p)
+    add_config_flags(p)
     p.set_defaults(func=run_train)
 
 

@@ -16,9 +16,8 @@ import math
 import random
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -60,7 +59,6 @@ class FeatTrainConfig:
     bf16: bool = True  # autocast matmuls to bf16 (AVX512-BF16 CPUs run them ~2x faster)
     seed: int = 0
     val_shards: int = 1  # the first shard(s): never trained on
-    extra: dict[str, object] = field(default_factory=dict)
 
     @property
     def run_dir(self) -> Path:
@@ -271,20 +269,12 @@ def save(model: FeatDraft, opt: torch.optim.Optimizer, step: int, vocab: DraftVo
 
 
 def main(argv: list[str] | None = None) -> int:
+    from dspark_lsp.training.cli import add_config_flags, config_from_args
+
     p = argparse.ArgumentParser(prog="python -m dspark_lsp.training.feat_train",
                                 description="Train the feature draft on extracted target features.")
-    defaults = FeatTrainConfig()
-    for name, value in asdict(defaults).items():
-        if name == "extra":
-            continue
-        flag = "--" + name.replace("_", "-")
-        if isinstance(value, bool):
-            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=value)
-        else:
-            p.add_argument(flag, type=type(value), default=value)
-    a = vars(p.parse_args(argv))
-    given: dict[str, Any] = {k: (Path(v) if isinstance(getattr(defaults, k), Path) else v) for k, v in a.items()}
-    cfg = FeatTrainConfig(**given)
+    add_config_flags(p, FeatTrainConfig)
+    cfg: FeatTrainConfig = config_from_args(p.parse_args(argv), FeatTrainConfig)
     try:
         run(cfg)
     except UserError as exc:

@@ -64,8 +64,16 @@ def run_extract(cfg: ExtractConfig) -> int:
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
     model, _ = load_causal_lm(cfg.target, device="cpu", dtype=cfg.dtype, pack="off")
     tok = load_tokenizer(cfg.target)
-    corpus = prepare_corpus(default_roots(), tok, 8192, 5.0, cfg.corpus_file, None,
-                            int(model.config.vocab_size))
+    from dspark_lsp.training.config import TrainConfig
+
+    # Same held-out split as the run that wrote corpus.json (its train_config.json), so no held-out
+    # file is ever featurised for training.
+    run_conf = cfg.corpus_file.parent / "train_config.json"
+    saved = json.loads(run_conf.read_text()) if run_conf.is_file() else {}
+    defaults = TrainConfig()
+    corpus = prepare_corpus(default_roots(), tok, int(saved.get("keep_tokens", defaults.keep_tokens)),
+                            float(saved.get("held_out_percent", defaults.held_out_percent)),
+                            cfg.corpus_file, None, int(model.config.vocab_size))
     maker = SampleMaker(tok, SampleShape())
     t0 = time.time()
     done = len(shard_paths(cfg.out_dir))
