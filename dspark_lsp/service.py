@@ -40,6 +40,8 @@ class ServiceConfig:
     threshold: float = 0.9
     k_min: int = 1
     k_max: int = 5
+    # Runner-up draft tokens verified beside the chain per round (engine.alternates); 0 = chain only.
+    alternates: int = 3
     max_new_tokens: int = 64
     context_window: int = 256
     prefix_share: float = 0.75
@@ -63,6 +65,7 @@ class ServiceConfig:
         "threshold": "threshold",
         "kMin": "k_min",
         "kMax": "k_max",
+        "alternates": "alternates",
         "maxNewTokens": "max_new_tokens",
         "contextWindow": "context_window",
         "prefixShare": "prefix_share",
@@ -92,6 +95,8 @@ class ServiceConfig:
             out.append("threshold must be a number in (0, 1]")
         if not _is_int(self.k_min) or not _is_int(self.k_max) or not 1 <= self.k_min <= self.k_max <= 16:
             out.append("kMin/kMax must be integers with 1 <= kMin <= kMax <= 16")
+        if not _is_int(self.alternates) or not 0 <= self.alternates <= 8:
+            out.append("alternates must be an integer in [0, 8]")
         if not _is_int(self.max_new_tokens) or not 1 <= self.max_new_tokens <= 2048:
             out.append("maxNewTokens must be an integer in [1, 2048]")
         if not _is_int(self.context_window) or not 32 <= self.context_window <= 32768:
@@ -156,6 +161,7 @@ class ServiceConfig:
             temperature=self.temperature,
             draft_mode=self.draft_mode,  # type: ignore[arg-type]
             relaxed=self.relaxed,
+            alternates=self.alternates,
             scheduler=SchedulerConfig(
                 k_min=self.k_min,
                 k_max=self.k_max,

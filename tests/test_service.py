@@ -263,3 +263,11 @@ def test_recent_stats_record_each_request(make_service: Any) -> None:
     recent = service.recent_stats()
     assert [r["scope"] for r in recent] == ["single_line", "none"]
     assert recent[0]["doc"] == "file:///a.py" and "latency_ms" in recent[0]
+
+
+def test_alternates_setting_reaches_the_decoder() -> None:
+    cfg, problems = ServiceConfig.from_settings({"alternates": 0})
+    assert problems == [] and cfg.decode_config().alternates == 0
+    assert ServiceConfig().decode_config().alternates == 3
+    bad, problems = ServiceConfig.from_settings({"alternates": -2})
+    assert bad.alternates == 3 and len(problems) == 1 and "alternates" in problems[0]

@@ -86,7 +86,8 @@ def _guess_language(text: str) -> str:
 
 
 def run(items: list[dict[str, Any]], tokenizer: Any, draft: DraftSource, cost: dict[int, float],
-        k_max: int = 5, eos: int | None = None, features: list[Any] | None = None) -> dict[str, ModeTotals]:
+        k_max: int = 5, eos: int | None = None, features: list[Any] | None = None,
+        alternates: int = DecodeConfig.alternates) -> dict[str, ModeTotals]:
     from dspark_lsp.syntax import SyntaxDocument
 
     plan = plan_forwards(cost)
@@ -116,6 +117,7 @@ def run(items: list[dict[str, Any]], tokenizer: Any, draft: DraftSource, cost: d
                 draft_mode=mode,  # type: ignore[arg-type]
                 scheduler=SchedulerConfig(k_max=k_max, verify_cost_ms=plan.cost_ms),
                 pad_to=plan.pad_to or None,
+                alternates=alternates,
             )
             res = SpeculativeDecoder(replay, vocab_size=vocab).generate(
                 prompt, config=cfg, draft=draft, eos_ids=[eos_id], is_key=is_key
@@ -140,6 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--features-cache", default="", help="keep the target's features of --set here")
     ap.add_argument("--hybrid-min-conf", type=float, default=0.55,
                     help="n-gram confidence that makes the lookup answer before the draft (0.55: any match)")
+    ap.add_argument("--alternates", type=int, default=DecodeConfig.alternates,
+                    help="runner-up tokens verified beside the chain per round (0 = chain only)")
+    ap.add_argument("--second-opinion", action="store_true",
+                    help="when the lookup answers, offer the model's first-position choices as alternates")
     args = ap.parse_args(argv)
     try:
         from transformers import AutoTokenizer
@@ -154,10 +160,11 @@ def main(argv: list[str] | None = None) -> int:
         tokenizer = AutoTokenizer.from_pretrained(tok_dir)
         cost = {int(k): float(v) for k, v in json.loads(args.cost).items()} if args.cost else DEFAULT_COST
         src, features = replay_draft(args.draft, data, args.target, 1, args.features_cache)
-        draft = HybridDraftSource(src, min_lookup_confidence=args.hybrid_min_conf)
+        draft = HybridDraftSource(src, min_lookup_confidence=args.hybrid_min_conf,
+                                  second_opinion=args.second_opinion)
     except (OSError, ValueError, KeyError) as exc:
         raise UserError(f"mode ablation: {exc}") from exc
-    totals = run(list(data["items"]), tokenizer, draft, cost, features=features)
+    totals = run(list(data["items"]), tokenizer, draft, cost, features=features, alternates=args.alternates)
     report = {m: t.as_dict() for m, t in totals.items()}
     for m, r in report.items():
         langs = ", ".join(f"{k} {v['est_tokens_per_s']}" for k, v in r["by_language"].items())

@@ -48,6 +48,7 @@ class ReplayTarget(nn.Module):
         cache: DynamicCache | None = None,
         use_cache: bool = True,
         output_hidden_states: bool = False,
+        position_ids: torch.Tensor | None = None,
         **_: Any,
     ) -> Any:
         assert cache is not None
@@ -56,9 +57,11 @@ class ReplayTarget(nn.Module):
         kv = torch.zeros(1, 1, n, 1)
         cache.update(kv, kv, 0)
         self.forward_sizes.append(n)
+        # Rows may be a chain plus alternates (engine.alternates): each row answers for its position id.
+        pos = list(range(start, start + n)) if position_ids is None else [int(x) for x in position_ids[0]]
         logits = torch.full((1, n, self.config.vocab_size), -1e4)
-        for i in range(n):
-            p = start + i + 1
+        for i, at in enumerate(pos):
+            p = at + 1
             tok = self.sequence[p] if p < len(self.sequence) else self.eos
             logits[0, i, tok] = 0.0
 
@@ -70,9 +73,10 @@ class ReplayTarget(nn.Module):
         if output_hidden_states:
             if self.features is None:
                 raise ValueError("this replay target has no features")
-            rows = self.features[start : start + n]
-            if rows.shape[0] < n:  # fed past the known sequence: padding rows, never kept
-                rows = torch.cat([rows, rows.new_zeros(n - rows.shape[0], rows.shape[1])])
+            known = self.features.shape[0]
+            # Rows fed past the known sequence are padding, never kept: zeros.
+            rows = torch.stack([self.features[at] if at < known else self.features.new_zeros(self.features.shape[1])
+                                for at in pos])
             out.hidden_states = (rows[None],)  # type: ignore[attr-defined]
         return out
 

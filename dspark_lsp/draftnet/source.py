@@ -14,7 +14,7 @@ import torch
 
 from dspark_lsp.draftnet.io import DEFAULT_DRAFT, load_draft_net
 from dspark_lsp.draftnet.model import DraftNet, KVCache
-from dspark_lsp.draftnet.vocab import MASK_ID, DraftVocab, pick_token
+from dspark_lsp.draftnet.vocab import MASK_ID, DraftVocab, draft_runner_ups, pick_token
 from dspark_lsp.engine.draft import Proposal, window_start
 from dspark_lsp.engine.prefix_cache import common_prefix_len
 
@@ -76,7 +76,7 @@ class TrainedDraftSource:
         temperature: float = 0.0,
         generator: torch.Generator | None = None,
     ) -> Proposal:
-        out = Proposal(dists=[] if temperature > 0 else None)
+        out = Proposal(dists=[] if temperature > 0 else None, alternates=None if temperature > 0 else [])
         if max_tokens <= 0:
             return out
         if parallel and self.n_parallel > 1:
@@ -89,6 +89,8 @@ class TrainedDraftSource:
             out.confidence.append(p)
             if out.dists is not None and dist is not None:
                 out.dists.append(dist)
+            if out.alternates is not None:
+                out.alternates.append(draft_runner_ups(self.vocab, logits))
             # Stop once the draft is unsure: a low-confidence token is still offered (verifying it is
             # nearly free), but drafting past it would mostly be wasted forwards.
             if len(out.tokens) >= max_tokens or p < tau:
@@ -124,6 +126,8 @@ class TrainedDraftSource:
             out.confidence.append(p)
             if out.dists is not None and dist is not None:
                 out.dists.append(dist)
+            if out.alternates is not None:
+                out.alternates.append(draft_runner_ups(self.vocab, logits[i]))
             if p < tau:
                 break
         return out

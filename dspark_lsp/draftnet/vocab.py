@@ -11,6 +11,8 @@ from collections.abc import Sequence
 
 import torch
 
+from dspark_lsp.engine.draft import runner_ups
+
 UNK_ID = 0
 MASK_ID = 1
 N_RESERVED = 2
@@ -63,3 +65,10 @@ def pick_token(
     dist = torch.zeros(vocab.target_vocab_size)
     dist[vocab.to_target[N_RESERVED:]] = probs[N_RESERVED:]
     return int(vocab.to_target[d]), float(probs[d]), dist
+
+
+def draft_runner_ups(vocab: DraftVocab, logits: torch.Tensor) -> list[tuple[int, float]]:
+    """The draft's runner-up target ids after its greedy pick (reserved ids excluded), with probabilities."""
+    logits = logits.float().clone()
+    logits[:N_RESERVED] = float("-inf")
+    return [(int(vocab.to_target[d]), p) for d, p in runner_ups(torch.softmax(logits, -1))]

@@ -68,6 +68,10 @@ class DecodeConfig:
     # Forward n target tokens as pad_to[n] (dummy tokens after the real ones, cropped at once) where
     # that length is cheaper on this machine; from engine.costs.plan_forwards. None = never pad.
     pad_to: dict[int, int] | None = None
+    # Greedy only: verify up to this many of the draft's runner-up tokens beside the chain in the same
+    # forward (engine.alternates), in slots padding would fill anyway or that the verify cost curve
+    # prices below their chance of landing. 0 = the plain chain.
+    alternates: int = 3
 
     def validate(self) -> None:
         if self.max_new_tokens < 0:
@@ -78,6 +82,8 @@ class DecodeConfig:
             raise ValueError(f"unknown draft_mode {self.draft_mode!r}")
         if self.relaxed and self.temperature > 0:
             raise ValueError("relaxed acceptance applies to greedy decoding only")
+        if self.alternates < 0:
+            raise ValueError("alternates must be >= 0")
         if self.pad_to and any(m < n for n, m in self.pad_to.items()):
             raise ValueError("pad_to may only lengthen a forward")
         (self.scheduler or SchedulerConfig()).validate()

@@ -17,9 +17,19 @@ from typing import Any
 
 import torch
 
+from dspark_lsp.engine.alternates import Alternate, VerifyLayout, choose_alternates
 from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
 from dspark_lsp.engine.draft import DraftSource, Proposal
-from dspark_lsp.engine.kv import cache_len, crop, forward, forward_hidden, new_cache
+from dspark_lsp.engine.kv import (
+    TreeRows,
+    cache_len,
+    crop,
+    forward,
+    forward_hidden,
+    model_dtype,
+    move_entry,
+    new_cache,
+)
 from dspark_lsp.engine.prefix_cache import Features, PrefixCache
 from dspark_lsp.engine.scheduler import ConfidenceScheduler
 from dspark_lsp.engine.stats import DecodeStats
@@ -94,7 +104,7 @@ class SpeculativeDecoder:
         generator: torch.Generator | None,
     ) -> Proposal:
         tau = sched.tau
-        out = Proposal(dists=[] if config.temperature > 0 else None)
+        out = Proposal(dists=[] if config.temperature > 0 else None, alternates=[])
         name = str(getattr(draft, "name", "draft"))
         cum = 1.0  # the draft's own probability that every token so far is right
         key_cut = False  # the last block stopped at a position already classified as key
@@ -154,6 +164,8 @@ class SpeculativeDecoder:
                     break
                 out.tokens.append(int(tok))
                 out.confidence.append(conf)
+                assert out.alternates is not None
+                out.alternates.append(p.alternates[i] if p.alternates is not None and i < len(p.alternates) else [])
                 if out.dists is not None:
                     out.dists.append(p.dists[i] if p.dists is not None and i < len(p.dists) else None)
                 more_ms = 0.0 if i + 1 < len(tokens) else self._draft_ms.get(name, 0.0)
@@ -170,23 +182,58 @@ class SpeculativeDecoder:
         return out
 
     def _forward(
-        self, tokens: list[int], cache: Any, pad_to: dict[int, int] | None, hidden: bool = False
+        self,
+        tokens: list[int],
+        cache: Any,
+        pad_to: dict[int, int] | None,
+        hidden: bool = False,
+        layout: VerifyLayout | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Target logits (and, if asked, last hidden states) for ``tokens`` on ``cache``, run padded
-        where the plan says that is cheaper."""
+        where the plan says that is cheaper. ``layout``: the rows are a chain plus alternates, which
+        need their own position ids and attention mask."""
         n = len(tokens)
         m = pad_to.get(n, n) if pad_to else n
         feed = tokens + [tokens[-1]] * (m - n) if m > n else tokens
+        tree = None
+        if layout is not None and layout.alternates:
+            base = cache_len(cache)
+            tree = TreeRows(layout.positions(base, m), layout.attention_mask(base, m, model_dtype(self.target)))
         if hidden:
-            logits, h = forward_hidden(self.target, feed, cache)
+            logits, h = forward_hidden(self.target, feed, cache, tree)
         else:
-            logits, h = forward(self.target, feed, cache), None
+            logits, h = forward(self.target, feed, cache, tree), None
         if m > n:
             # Causal attention: the real tokens never see the padding; its cache entries go right away.
             crop(cache, cache_len(cache) - (m - n))
             logits = logits[:n]
             h = None if h is None else h[:n]
         return logits, h
+
+    def _layout(self, proposal: Proposal, config: DecodeConfig, sched: ConfidenceScheduler) -> VerifyLayout:
+        """The chain plus the runner-ups worth a verify slot (greedy only: under sampling, or relaxed
+        acceptance, a token off the chain would need a different acceptance rule)."""
+        layout = VerifyLayout(list(proposal.tokens))
+        if config.alternates <= 0 or config.temperature > 0 or config.relaxed or not proposal.alternates:
+            return layout
+        candidates: list[Alternate] = []
+        reach = 1.0  # the draft's probability that the chain up to this position holds
+        expected = 1.0  # tokens this round is expected to yield without alternates (the draft's view)
+        for i, tok in enumerate(proposal.tokens):
+            alts = proposal.alternates[i] if i < len(proposal.alternates) else []
+            candidates += [Alternate(i, t, reach * q) for t, q in alts if t != tok and t < self.vocab_size]
+            reach *= proposal.confidence[i] if i < len(proposal.confidence) else 1.0
+            expected += reach
+        if not candidates:
+            return layout
+        width = layout.width
+        free = (config.pad_to.get(width, width) - width) if config.pad_to else 0
+        # A paid slot must raise tokens per unit of verify time: its chance of adding a token, over the
+        # tokens the round yields anyway, must beat what it adds to the forward's cost.
+        prices = [sched.slot_price(w) for w in range(width + free, width + config.alternates)]
+        layout.alternates = choose_alternates(candidates, free, [p * expected for p in prices if p is not None],
+                                              config.alternates)
+        return layout
 
     # ----------------------------------------------------------------------------------- verification
     def _accept_greedy(
@@ -358,24 +405,37 @@ class SpeculativeDecoder:
                         proposal = Proposal()
             tv = time.perf_counter()
             base = cache_len(cache)
-            logits, h = self._forward([ids[-1]] + proposal.tokens, cache, config.pad_to, want_feats)
+            layout = self._layout(proposal, config, sched)
+            logits, h = self._forward([ids[-1]] + layout.tokens, cache, config.pad_to, want_feats, layout)
             stats.target_forwards += 1
+            alt_row: int | None = None
             if config.temperature > 0:
                 m, nxt = self._accept_sampled(
                     logits, proposal.tokens, proposal.dists or [], config, generator
                 )
+            elif layout.alternates:
+                m, alt_row, nxt = layout.accept(torch.argmax(logits[:, : self.vocab_size], dim=-1).tolist())
             else:
                 m, nxt = self._accept_greedy(logits, proposal.tokens, config)
-            crop(cache, base + 1 + m)
+            kept = [ids[-1]] + proposal.tokens[:m]
+            if alt_row is not None:
+                # The accepted alternate's keys sit after the chain's: move them next to the accepted
+                # chain tokens, where its position id already says it belongs.
+                move_entry(cache, base + alt_row, base + 1 + m)
+                kept.append(layout.tokens[alt_row - 1])
+                stats.alt_accepted += 1
+            crop(cache, base + len(kept))
             if h is not None:
-                feats.add(h[: m + 1])  # the pending token and the accepted drafts
+                rows = h[: m + 1] if alt_row is None else torch.cat([h[: m + 1], h[alt_row : alt_row + 1]])
+                feats.add(rows)  # the pending token and the accepted drafts
             stats.t_verify += time.perf_counter() - tv
             if proposal.tokens:
                 sched.update(len(proposal.tokens), m)
             stats.proposed += len(proposal.tokens)
-            stats.accepted += m
-            stats.accepted_hist[m] += 1
-            new = proposal.tokens[:m] + [nxt]
+            stats.alt_proposed += len(layout.alternates)
+            stats.accepted += len(kept) - 1
+            stats.accepted_hist[len(kept) - 1] += 1
+            new = kept[1:] + [nxt]
             finished = False
             for tok in new:
                 if tok in eos_ids:

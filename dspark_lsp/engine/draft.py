@@ -23,12 +23,16 @@ class Proposal:
     ``dists[i]`` (optional) is the full draft distribution q over the *target* vocabulary that
     ``tokens[i]`` was sampled from; it is required only for speculative sampling (temperature > 0).
     ``forwards`` counts draft-model forward passes spent (0 for n-gram lookup).
+    ``alternates[i]`` (optional, greedy drafting only): the draft's runner-up tokens at position i with
+    their draft probabilities, best first; the decoder may verify them beside the chain
+    (engine.alternates). A source without them (n-gram lookup) leaves the list short or None.
     """
 
     tokens: list[int] = field(default_factory=list)
     confidence: list[float] = field(default_factory=list)
     dists: list[torch.Tensor | None] | None = None
     forwards: int = 0
+    alternates: list[list[tuple[int, float]]] | None = None
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -61,6 +65,17 @@ class DraftSource(Protocol):
     def reset(self) -> None:
         """Forget all cached state (called between unrelated calls when memory must be freed)."""
         ...
+
+
+# Runner-ups a draft reports per position: on held-out code the feature draft's 2nd choice was the
+# target's token 11.5% of the time and its 3rd 4.8% (top-1 46.2%); a 4th adds 3%, rarely worth a slot.
+RUNNER_UPS = 2
+
+
+def runner_ups(probs: torch.Tensor, n: int = RUNNER_UPS) -> list[tuple[int, float]]:
+    """The ``n`` most probable ids after the top one, with their probabilities (``probs`` over ids)."""
+    top = torch.topk(probs.float(), min(n + 1, int(probs.shape[-1])))
+    return [(int(i), float(p)) for p, i in zip(top.values[1:].tolist(), top.indices[1:].tolist(), strict=True)]
 
 
 def window_start(length: int, max_context: int) -> int:

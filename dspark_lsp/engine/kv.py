@@ -8,6 +8,7 @@ goes through these helpers so the decode loop does not care which release is ins
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -47,26 +48,66 @@ def _cache_kwarg(model: Any) -> str:
     return _KWARG[cls]
 
 
+@dataclass
+class TreeRows:
+    """Explicit layout for a forward whose rows are not a plain continuation: each row's position id and
+    an additive attention mask [1, 1, rows, cached + rows] (see engine.alternates)."""
+
+    positions: list[int]
+    mask: torch.Tensor
+
+
 @torch.inference_mode()
-def _run(model: Any, ids: list[int], cache: DynamicCache, hidden: bool) -> Any:
+def _run(model: Any, ids: list[int], cache: DynamicCache, hidden: bool, tree: TreeRows | None) -> Any:
     device = next(model.parameters()).device
     x = torch.tensor([ids], dtype=torch.long, device=device)
     kwargs: dict[str, Any] = {_cache_kwarg(model): cache, "use_cache": True}
     if hidden:  # only when asked: stand-in targets (tests, replays) need not know the keyword
         kwargs["output_hidden_states"] = True
+    if tree is not None:
+        # transformers uses a 4-D mask as given (masking_utils: "already prepared, or custom").
+        kwargs["attention_mask"] = tree.mask.to(device)
+        kwargs["position_ids"] = torch.tensor([tree.positions], dtype=torch.long, device=device)
     return model(input_ids=x, **kwargs)
 
 
-def forward(model: Any, ids: list[int], cache: DynamicCache) -> torch.Tensor:
+def forward(model: Any, ids: list[int], cache: DynamicCache, tree: TreeRows | None = None) -> torch.Tensor:
     """Run ``ids`` through ``model`` on top of ``cache`` (extended in place); returns logits [len(ids), V]."""
-    return _run(model, ids, cache, False).logits[0].float()
+    return _run(model, ids, cache, False, tree).logits[0].float()
 
 
-def forward_hidden(model: Any, ids: list[int], cache: DynamicCache) -> tuple[torch.Tensor, torch.Tensor]:
+def forward_hidden(
+    model: Any, ids: list[int], cache: DynamicCache, tree: TreeRows | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Like :func:`forward`, plus the last hidden states [len(ids), d] the LM head read (the features a
     feature-conditioned draft consumes)."""
-    out = _run(model, ids, cache, True)
+    out = _run(model, ids, cache, True, tree)
     return out.logits[0].float(), out.hidden_states[-1][0].float()
+
+
+def model_dtype(model: Any) -> torch.dtype:
+    """The dtype attention runs in (packed linears may hide their weights; the embedding never does)."""
+    emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    weight = getattr(emb, "weight", None)
+    if isinstance(weight, torch.Tensor) and weight.is_floating_point():
+        return weight.dtype
+    return torch.float32
+
+
+def move_entry(cache: DynamicCache, src: int, dst: int) -> None:
+    """Copy the key/value entries at position ``src`` to ``dst`` in every layer (an accepted alternate
+    moves next to the chain tokens it follows; the caller then crops)."""
+    layers = getattr(cache, "layers", None)
+    if layers is not None:
+        pairs = [(getattr(layer, "keys", None), getattr(layer, "values", None)) for layer in layers]
+    else:  # releases before the per-layer cache objects keep two lists
+        pairs = list(zip(getattr(cache, "key_cache", []), getattr(cache, "value_cache", []), strict=True))
+    if not pairs:
+        raise NotImplementedError("cannot move entries in this KV cache type")
+    for keys, values in pairs:
+        if isinstance(keys, torch.Tensor) and isinstance(values, torch.Tensor) and keys.dim() == 4:
+            keys[:, :, dst] = keys[:, :, src]
+            values[:, :, dst] = values[:, :, src]
 
 
 def cache_nbytes(cache: DynamicCache | None) -> int:

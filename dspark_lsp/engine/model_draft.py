@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from dspark_lsp.engine.draft import DraftSource, Proposal
+from dspark_lsp.engine.draft import DraftSource, Proposal, runner_ups
 from dspark_lsp.engine.kv import cache_len, crop, forward, new_cache
 from dspark_lsp.engine.ngram import NgramDraftSource
 from dspark_lsp.engine.prefix_cache import common_prefix_len
@@ -60,7 +60,7 @@ class ModelDraftSource:
         temperature: float = 0.0,
         generator: torch.Generator | None = None,
     ) -> Proposal:
-        out = Proposal(dists=[] if temperature > 0 else None)
+        out = Proposal(dists=[] if temperature > 0 else None, alternates=None if temperature > 0 else [])
         ctx = list(context)
         while len(out.tokens) < max_tokens:
             logits = self._logits_after(ctx)
@@ -75,6 +75,8 @@ class ModelDraftSource:
             conf = float(probs[tok].item())
             out.tokens.append(tok)
             out.confidence.append(conf)
+            if out.alternates is not None:
+                out.alternates.append(runner_ups(probs))
             if conf < tau:
                 break
             ctx.append(tok)
@@ -99,6 +101,7 @@ class HybridDraftSource:
         model_source: DraftSource,
         ngram: NgramDraftSource | None = None,
         min_lookup_confidence: float = 0.55,
+        second_opinion: bool = False,
     ) -> None:
         self.model_source = model_source
         self.ngram = ngram or NgramDraftSource()
@@ -107,6 +110,12 @@ class HybridDraftSource:
         self.name = f"{model_source.name}+ngram"
         # A feature-conditioned draft behind the lookup still needs the target's features every round.
         self.wants_features = bool(getattr(model_source, "wants_features", False))
+        # Greedy only: when the lookup answers, also ask the model for the first position and offer its
+        # choices as alternates (engine.alternates) - verified in the same target forward, so a lookup
+        # that copied the wrong continuation can still land the model's token. Worth one draft forward
+        # only when that is cheap next to the target's (a feature draft: ~2% of one).
+        self.second_opinion = second_opinion
+        self._continues: list[int] = []  # the context a call continuing this round would pass
 
     def set_features(self, start: int, feats: torch.Tensor) -> None:
         setter = getattr(self.model_source, "set_features", None)
@@ -132,7 +141,14 @@ class HybridDraftSource:
         want = max_tokens if parallel else 1
         p = self.ngram.propose(context, want, parallel=parallel, tau=tau)
         if p.tokens and p.confidence[0] >= self.min_lookup_confidence:
+            # Within a round the decoder calls again with the previous proposal appended; the model's
+            # opinion is asked only at a round's first position, where it reads true features (later
+            # positions would cost a forward per chained token).
+            if temperature <= 0 and self.second_opinion and context != self._continues:
+                self._add_second_opinion(context, p, tau)
+            self._continues = list(context) + p.tokens
             return p
+        self._continues = []
         use_parallel = parallel and self.model_source.supports_parallel
         return self.model_source.propose(
             context,
@@ -142,3 +158,12 @@ class HybridDraftSource:
             temperature=temperature,
             generator=generator,
         )
+
+    def _add_second_opinion(self, context: list[int], p: Proposal, tau: float) -> None:
+        q = self.model_source.propose(context, 1, parallel=False, tau=tau)
+        p.forwards += q.forwards
+        if not q.tokens:
+            return
+        ranked = [(q.tokens[0], q.confidence[0])] + (q.alternates[0] if q.alternates else [])
+        alts = [(t, c) for t, c in ranked if t != p.tokens[0]]
+        p.alternates = [alts] + [[] for _ in p.tokens[1:]]

@@ -64,6 +64,13 @@ class ConfidenceScheduler:
         price = (draft_ms + extra) / one
         return price <= 0.02 or p_reach >= price
 
+    def slot_price(self, width: int) -> float | None:
+        """What one more row costs a verify forward of ``width`` rows, in target forwards (None without
+        a cost model: then only slots that padding would fill anyway are free)."""
+        if not self.config.verify_cost_ms:
+            return None
+        return max(0.0, self._cost(width + 1) - self._cost(width)) / self._cost(1)
+
     def worth(self, proposed: int) -> bool:
         """Cost-aware mode: is verifying a draft of this length better than no draft at all?"""
         if not self.config.verify_cost_ms or proposed == 0:

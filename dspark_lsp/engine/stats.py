@@ -18,7 +18,9 @@ class DecodeStats:
     draft_steps_ar: int = 0
     draft_steps_parallel: int = 0
     proposed: int = 0
-    accepted: int = 0
+    accepted: int = 0  # draft tokens kept, accepted alternates included
+    alt_proposed: int = 0  # runner-up tokens verified beside the chain (engine.alternates)
+    alt_accepted: int = 0
     accepted_hist: Counter[int] = field(default_factory=Counter)
     k_trace: list[int] = field(default_factory=list)
     tau_trace: list[float] = field(default_factory=list)

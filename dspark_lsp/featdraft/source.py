@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from dspark_lsp.draftnet.vocab import DraftVocab, pick_token
+from dspark_lsp.draftnet.vocab import DraftVocab, draft_runner_ups, pick_token
 from dspark_lsp.engine.draft import Proposal, window_start
 from dspark_lsp.engine.prefix_cache import common_prefix_len
 from dspark_lsp.errors import ModelError
@@ -68,7 +68,7 @@ class FeatureDraftSource:
         temperature: float = 0.0,
         generator: torch.Generator | None = None,
     ) -> Proposal:
-        out = Proposal(dists=[] if temperature > 0 else None)
+        out = Proposal(dists=[] if temperature > 0 else None, alternates=None if temperature > 0 else [])
         feats = self._feats
         if max_tokens <= 0 or feats is None:
             return out
@@ -94,11 +94,14 @@ class FeatureDraftSource:
                 pos = j + 1
             out.forwards += 1
             while True:
-                tok, p, dist = pick_token(self.vocab, self.model.logits(g), temperature, generator)
+                logits = self.model.logits(g)
+                tok, p, dist = pick_token(self.vocab, logits, temperature, generator)
                 out.tokens.append(tok)
                 out.confidence.append(p)
                 if out.dists is not None and dist is not None:
                     out.dists.append(dist)
+                if out.alternates is not None:
+                    out.alternates.append(draft_runner_ups(self.vocab, logits))
                 if len(out.tokens) >= max_tokens or p < tau:
                     return out
                 g = self._step([tok], g[None], pos)

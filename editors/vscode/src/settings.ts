@@ -16,6 +16,7 @@ export interface ServerSettings {
   threshold: number;
   kMin: number;
   kMax: number;
+  alternates: number;
   maxNewTokens: number;
   contextWindow: number;
   prefixShare: number;
@@ -34,6 +35,7 @@ export const DEFAULT_SETTINGS: Readonly<ServerSettings> = Object.freeze({
   threshold: 0.9,
   kMin: 1,
   kMax: 5,
+  alternates: 3,
   maxNewTokens: 64,
   contextWindow: 256,
   prefixShare: 0.75,
@@ -76,6 +78,7 @@ const CHECKS: Record<keyof ServerSettings, [Check, string]> = {
   threshold: [inRange(0, 1, false), "a number in [0, 1]"],
   kMin: [inRange(1, 16, true), "an integer in [1, 16]"],
   kMax: [inRange(1, 16, true), "an integer in [1, 16]"],
+  alternates: [inRange(0, 8, true), "an integer in [0, 8]"],
   maxNewTokens: [inRange(1, 4096, true), "an integer in [1, 4096]"],
   contextWindow: [inRange(16, 131072, true), "an integer in [16, 131072]"],
   prefixShare: [inRange(0, 1, false), "a number in [0, 1]"],

@@ -19,7 +19,7 @@ test("defaults match docs/ARCHITECTURE.md", () => {
   assert.deepEqual(problems, []);
   assert.deepEqual(settings, {
     enable: true, model: "default", draftModel: null, device: "auto", dtype: "auto", packWeights: "auto", threshold: 0.9,
-    kMin: 1, kMax: 5, maxNewTokens: 64, contextWindow: 256, prefixShare: 0.75, relaxed: false,
+    kMin: 1, kMax: 5, alternates: 3, maxNewTokens: 64, contextWindow: 256, prefixShare: 0.75, relaxed: false,
     debounceMs: 150, multiline: "auto",
   });
 });

@@ -10,6 +10,7 @@ M.SERVER_SETTINGS = {
   threshold = "number",
   kMin = "number",
   kMax = "number",
+  alternates = "number",
   maxNewTokens = "number",
   contextWindow = "number",
   prefixShare = "number",
