@@ -58,3 +58,19 @@ def test_bench_rejects_unknown_methods(tiny_models: tuple[Path, Path], capsys: p
     assert rc == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "warp_drive" in err[0]
+
+
+def test_bench_chain_only_ablation(tiny_models: tuple[Path, Path], tmp_path: Path) -> None:
+    target, draft = tiny_models
+    out = tmp_path / "bench.json"
+    rc = main(["bench", "--model", str(target), "--draft", str(draft), "--corpus", str(REPO / "bench" / "corpus"),
+               "--humaneval", "none", "--limit", "1", "--max-new-tokens", "8", "--threads", "1",
+               "--methods", "target_only,dspark,dspark_chain", "--json", str(out)])
+    assert rc == 0
+    methods = json.loads(out.read_text())["methods"]
+    for name in ("dspark", "dspark_chain"):
+        assert methods[name]["identical"] is True, name
+        alt = methods[name]["alternates"]
+        assert 0 <= alt["accepted"] <= alt["proposed"]
+    assert methods["dspark_chain"]["alternates"]["proposed"] == 0
+    assert methods["target_only"]["alternates"] == {"proposed": 0, "accepted": 0}

@@ -73,3 +73,20 @@ def test_a_tokenizer_without_fim_tokens_is_a_user_error(tmp_path: Path) -> None:
         SampleMaker(plain, SampleShape())
     with pytest.raises(UserError, match="no tokenizer.json"):
         load_tokenizer(tmp_path / "nothing")
+
+
+def test_other_language_roots_are_permissive_and_skip_generated_headers(tmp_path: Path) -> None:
+    from dspark_lsp.training.corpus import C_FAMILY_SUFFIXES, extra_language_roots
+
+    (tmp_path / "good.hpp").write_text(CODE)
+    (tmp_path / "good.c").write_text(CODE)
+    (tmp_path / "good.py").write_text(CODE)
+    assert sorted(f.rel for f in collect([SourceRoot("t", tmp_path, "MIT")], C_FAMILY_SUFFIXES)) == [
+        "good.c", "good.hpp"]
+    roots = extra_language_roots()
+    for r in roots:
+        assert r.path.is_dir()
+        assert any(name in r.licence for name in ("BSD", "MIT", "PSF", "Apache")), r
+        assert "ATen/ops" not in str(r.path)  # generated operator headers stay out
+    # Every torch wheel ships its C++ headers: at least those roots exist wherever the tests run.
+    assert any(r.name.startswith("torch-include/") for r in roots)

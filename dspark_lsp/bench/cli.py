@@ -12,10 +12,15 @@ METHODS = (
     "hf_prompt_lookup",
     "fixed_k",
     "dspark",
+    "dspark_chain",
     "dspark_relaxed",
     "draft_ar_only",
     "draft_parallel_only",
 )
+
+
+# Not run unless asked: the same draft with one part of DSpark switched off.
+ABLATIONS = ("draft_ar_only", "draft_parallel_only", "dspark_chain")
 
 
 def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -35,7 +40,7 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     p.add_argument("--limit", type=int, default=10, help="prompts per source")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--context-window", type=int, default=256)
-    p.add_argument("--methods", default=",".join(m for m in METHODS if m not in ("draft_ar_only", "draft_parallel_only")))
+    p.add_argument("--methods", default=",".join(m for m in METHODS if m not in ABLATIONS))
     p.add_argument("--fixed-k", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(

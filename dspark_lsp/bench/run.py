@@ -42,6 +42,8 @@ class MethodResult:
     target_forwards: int = 0
     draft_forwards: int = 0
     t_draft: float = 0.0
+    alt_proposed: int = 0
+    alt_accepted: int = 0
     t_verify: float = 0.0
     t_prefill: float = 0.0
     outputs: list[list[int]] = field(default_factory=list)
@@ -196,7 +198,8 @@ def run_bench(args: argparse.Namespace) -> int:
     )
     for m in methods:
         r = results[m]
-        if m in ("fixed_k", "dspark", "dspark_relaxed", "draft_ar_only", "draft_parallel_only") and draft is None:
+        if m in ("fixed_k", "dspark", "dspark_chain", "dspark_relaxed", "draft_ar_only", "draft_parallel_only") \
+                and draft is None:
             r.skipped = "no draft source (pair has draft 'none')"
         if m in ("draft_ar_only", "draft_parallel_only") and not has_parallel_model:
             r.skipped = "needs a draft model (AR + parallel steps); the pair drafts by n-gram only"
@@ -236,6 +239,8 @@ def run_bench(args: argparse.Namespace) -> int:
                 elif m == "fixed_k":
                     dcfg.scheduler = SchedulerConfig(fixed_k=args.fixed_k, tau=1e-6, tau_min=1e-6)
                     dcfg.draft_mode = "parallel" if isinstance(draft, NgramDraftSource) else "ar"
+                elif m == "dspark_chain":
+                    dcfg.alternates = 0  # ablation: the draft's chain only, no runner-ups beside it
                 elif m == "dspark_relaxed":
                     dcfg.relaxed = True
                 elif m == "draft_ar_only":
@@ -249,6 +254,8 @@ def run_bench(args: argparse.Namespace) -> int:
                 forwards = res.stats.target_forwards
                 r.draft_forwards += res.stats.draft_forwards
                 r.t_draft += res.stats.t_draft
+                r.alt_proposed += res.stats.alt_proposed
+                r.alt_accepted += res.stats.alt_accepted
                 r.t_verify += res.stats.t_verify
                 r.t_prefill += res.stats.t_prefill
             dt = time.perf_counter() - t0
@@ -405,6 +412,7 @@ def _report(
             "seconds": round(r.seconds, 3),
             "target_forwards": r.target_forwards if r.counts_forwards else None,
             "draft_forwards": r.draft_forwards if r.counts_forwards else None,
+            "alternates": {"proposed": r.alt_proposed, "accepted": r.alt_accepted} if r.counts_forwards else None,
             "time_split_s": {
                 "prefill": round(r.t_prefill, 3),
                 "draft": round(r.t_draft, 3),

@@ -35,6 +35,8 @@ PERMISSIVE_PACKAGES: dict[str, str] = {
 }
 
 SUFFIXES = (".py", ".js", ".mjs", ".cjs", ".ts")
+# Other languages the server completes, for the feature draft's mix (extra_language_roots).
+C_FAMILY_SUFFIXES = (".h", ".hpp", ".hh", ".c", ".cc", ".cpp")
 MAX_FILE_BYTES = 200_000  # generated/minified giants teach little and skew token counts
 
 
@@ -79,13 +81,47 @@ def default_roots() -> list[SourceRoot]:
     return roots
 
 
-def collect(roots: list[SourceRoot]) -> list[CorpusFile]:
+def extra_language_roots() -> list[SourceRoot]:
+    """Permissively licensed C, C++ and TypeScript sources installed on this machine (the Python/JS roots
+    above teach nothing of braces-and-types syntax). Hand-written code only: torch's generated operator
+    headers (ATen/ops, thousands of near-identical files) are left out by picking its hand-written
+    subtrees. Roots that are not installed are skipped."""
+    import sysconfig as _sc
+
+    roots: list[SourceRoot] = []
+    try:
+        import torch
+
+        inc = Path(torch.__file__).parent / "include"
+        for sub, licence in (("c10", "BSD-3-Clause (PyTorch)"), ("ATen/core", "BSD-3-Clause (PyTorch)"),
+                             ("torch/csrc/api", "BSD-3-Clause (PyTorch)"), ("fmt", "MIT (fmt)"),
+                             ("pybind11", "BSD-3-Clause (pybind11)")):
+            if (inc / sub).is_dir():
+                roots.append(SourceRoot(f"torch-include/{sub}", inc / sub, licence))
+    except ImportError:
+        pass
+    py_inc = Path(_sc.get_paths()["include"])
+    if py_inc.is_dir():
+        roots.append(SourceRoot("cpython-include", py_inc, "PSF-2.0"))
+    try:
+        np_inc = Path(str(metadata.distribution("numpy").locate_file("numpy"))) / "_core" / "include"
+        if np_inc.is_dir():
+            roots.append(SourceRoot("numpy-include", np_inc, "BSD-3-Clause"))
+    except metadata.PackageNotFoundError:
+        pass
+    ts = Path(__file__).resolve().parents[2] / "editors" / "vscode" / "node_modules" / "typescript" / "lib"
+    if ts.is_dir():
+        roots.append(SourceRoot("typescript-lib", ts, "Apache-2.0"))
+    return roots
+
+
+def collect(roots: list[SourceRoot], suffixes: tuple[str, ...] = SUFFIXES) -> list[CorpusFile]:
     files: list[CorpusFile] = []
     for root in roots:
         if not root.path.is_dir():
             raise UserError(f"corpus root {root.path} is not a directory")
         for path in sorted(root.path.rglob("*")):
-            if path.suffix not in SUFFIXES or not path.is_file():
+            if path.suffix not in suffixes or not path.is_file():
                 continue
             parts = set(path.relative_to(root.path).parts)
             if "site-packages" in parts or "__pycache__" in parts or path.name.endswith(".min.js"):

@@ -38,6 +38,9 @@ class ExtractConfig:
     threads: int = 2
     dtype: str = "bfloat16"  # features for training; bf16 runs ~2x faster on AVX512-BF16 CPUs
     seed: int = 1234
+    # Share of samples drawn from other languages' sources (corpus.extra_language_roots: C, C++,
+    # TypeScript), so the draft is not Python/JS-only; 0 = the train-draft corpus alone.
+    extra_share: float = 0.0
 
 
 def shard_paths(out_dir: Path) -> list[Path]:
@@ -75,6 +78,9 @@ def run_extract(cfg: ExtractConfig) -> int:
                             float(saved.get("held_out_percent", defaults.held_out_percent)),
                             cfg.corpus_file, None, int(model.config.vocab_size))
     maker = SampleMaker(tok, SampleShape())
+    held_pct = float(saved.get("held_out_percent", defaults.held_out_percent))
+    extra = _extra_texts(cfg.out_dir, held_pct) if cfg.extra_share > 0 else []
+    extra_weights = [len(t) for t in extra]
     t0 = time.time()
     done = len(shard_paths(cfg.out_dir))
     n_tok = 0
@@ -84,7 +90,9 @@ def run_extract(cfg: ExtractConfig) -> int:
         rng = random.Random(cfg.seed * 100003 + shard)
         rows: list[dict[str, torch.Tensor | int]] = []
         for _ in range(cfg.samples_per_shard):
-            s = maker.make(rng, corpus.pick_train(rng))
+            use_extra = bool(extra) and rng.random() < cfg.extra_share
+            text = rng.choices(extra, weights=extra_weights)[0] if use_extra else corpus.pick_train(rng)
+            s = maker.make(rng, text)
             if len(s.tokens) < 8:
                 continue
             h, a = target_features(model, s.tokens)
@@ -101,6 +109,35 @@ def run_extract(cfg: ExtractConfig) -> int:
     return 0
 
 
+def _extra_texts(out_dir: Path, held_out_percent: float) -> list[str]:
+    """Training texts of the other-language roots (the same hash split keeps their held-out files out);
+    their roots, licences and sizes are recorded next to the shards."""
+    from dspark_lsp.training.corpus import (
+        C_FAMILY_SUFFIXES,
+        collect,
+        extra_language_roots,
+        is_held_out,
+        read_text,
+        write_manifest,
+    )
+
+    roots = extra_language_roots()
+    texts: list[str] = []
+    counts: dict[str, dict[str, int]] = {}
+    for f in collect(roots, C_FAMILY_SUFFIXES + (".ts",)):
+        text = read_text(f.path)
+        if not text or not text.strip():
+            continue
+        split = "held_out" if is_held_out(f.key, held_out_percent) else "train"
+        row = counts.setdefault(f.root, {"files": 0, "train_chars": 0, "held_out_chars": 0})
+        row["files"] += 1
+        row[f"{split}_chars"] += len(text)
+        if split == "train":
+            texts.append(text)
+    write_manifest(out_dir / "extra_corpus.json", roots, counts)
+    return texts
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m dspark_lsp.training.features",
                                 description="Extract target hidden states + greedy labels for the feature draft.")
@@ -112,9 +149,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-minutes", type=float, default=0.0)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--extra-share", type=float, default=0.0,
+                   help="share of samples from C/C++/TypeScript sources on this machine (0 = none)")
     a = p.parse_args(argv)
+    if not 0.0 <= a.extra_share <= 1.0:
+        p.error("--extra-share must be in [0, 1]")
     cfg = ExtractConfig(a.target, a.out, a.corpus_file, a.samples_per_shard, a.max_shards, a.max_minutes,
-                        a.threads, a.dtype)
+                        a.threads, a.dtype, extra_share=a.extra_share)
     try:
         return run_extract(cfg)
     except UserError as exc:
