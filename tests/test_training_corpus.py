@@ -90,3 +90,17 @@ def test_other_language_roots_are_permissive_and_skip_generated_headers(tmp_path
         assert "ATen/ops" not in str(r.path)  # generated operator headers stay out
     # Every torch wheel ships its C++ headers: at least those roots exist wherever the tests run.
     assert any(r.name.startswith("torch-include/") for r in roots)
+
+
+def test_extraction_mix_records_its_other_language_sources(tmp_path: Path) -> None:
+    import json
+
+    from dspark_lsp.training.features import _extra_texts
+
+    texts = _extra_texts(tmp_path, 5.0)
+    manifest = json.loads((tmp_path / "extra_corpus.json").read_text())
+    assert texts and manifest["roots"] and all(r["licence"] for r in manifest["roots"])
+    counts = manifest["counts"]
+    assert sum(c["train_chars"] for c in counts.values()) == sum(len(t) for t in texts)
+    # Held-out files stay out of the returned training texts (the split holds back some of them).
+    assert sum(c["held_out_chars"] for c in counts.values()) > 0
