@@ -125,6 +125,7 @@ class HybridDraftSource:
     def reset(self) -> None:
         self.model_source.reset()
         self.ngram.reset()
+        self._continues = []
 
     def propose(
         self,
