@@ -8,6 +8,19 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from dspark_lsp.training.samples import SPECIAL_TOKENS
 
+
+def prepared_default_target() -> Path | None:
+    """The prepared default target's directory (real-model tests), or None when it is not prepared."""
+    from dspark_lsp.errors import ModelError
+    from dspark_lsp.models.loader import resolve_model
+    from dspark_lsp.models.registry import DEFAULT_TARGET
+
+    try:
+        where = resolve_model(DEFAULT_TARGET)
+    except ModelError:
+        return None
+    return where if isinstance(where, Path) else None
+
 CODE = '''
 def add(a, b):
     """Return the sum of a and b."""

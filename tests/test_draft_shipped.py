@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_draft_helpers import prepared_default_target
 
 from dspark_lsp.draftnet.io import DEFAULT_DRAFT, WEIGHTS, resolve_draft_dir, shipped_drafts
 from dspark_lsp.draftnet.source import load_draft
@@ -55,19 +56,12 @@ def test_card_acceptance_matches_the_cached_target_set() -> None:
         assert got.tokens_per_forward == pytest.approx(want["tokens_per_forward"], abs=0.02), mode
 
 
-def _target_dir() -> Path | None:
-    for p in (Path("~/.cache/dspark-lsp/models/qwen2.5-coder-0.5b").expanduser(), Path("/tmp/prep/out")):
-        if (p / "model.safetensors").is_file():
-            return p
-    return None
-
-
 @pytest.mark.real_model
 @pytest.mark.slow
 def test_acceptance_recomputed_with_the_real_target() -> None:
     """Re-runs the real target greedily on a few held-out prompts and scores the draft on its fresh
     outputs: acceptance must match the card's cached-set figure on the same prompts, within noise."""
-    target = _target_dir()
+    target = prepared_default_target()
     if target is None:
         pytest.skip("the real target is not prepared (dspark-lsp models prepare)")
     from dspark_lsp.training.acceptance import target_continuations

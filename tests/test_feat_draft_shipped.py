@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from test_draft_helpers import prepared_default_target
 
 from dspark_lsp.draftnet.io import resolve_draft_dir, shipped_drafts
 from dspark_lsp.featdraft.io import CONFIG, WEIGHTS, load_feat_draft
@@ -29,11 +30,6 @@ def test_shipped_feature_draft_loads_offline(monkeypatch: pytest.MonkeyPatch) ->
     assert int(str(meta["step"])) > 0
 
 
-def _target_dir() -> Path | None:
-    p = Path("~/.cache/dspark-lsp/models/qwen2.5-coder-0.5b").expanduser()
-    return p if (p / "model.safetensors").is_file() else None
-
-
 @pytest.mark.real_model
 @pytest.mark.slow
 def test_card_acceptance_recomputed_with_the_real_target() -> None:
@@ -41,7 +37,7 @@ def test_card_acceptance_recomputed_with_the_real_target() -> None:
     its features, replays the draft alone with k = 5, and compares with the card's figure for the same
     prompts. The draft runs in bf16 on CPUs with native bf16 and fp32 elsewhere, which may flip a few
     near-tie guesses: hence the tolerance."""
-    target = _target_dir()
+    target = prepared_default_target()
     if target is None:
         pytest.skip("the real target is not prepared (dspark-lsp models prepare)")
     from dspark_lsp.featdraft.source import load_feature_draft

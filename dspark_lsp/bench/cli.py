@@ -19,6 +19,8 @@ METHODS = (
 )
 
 
+# Our decode loop with the pair's draft: reported as skipped when the pair has none.
+DRAFT_METHODS = ("fixed_k", "dspark", "dspark_chain", "dspark_relaxed", "draft_ar_only", "draft_parallel_only")
 # Not run unless asked: the same draft with one part of DSpark switched off.
 ABLATIONS = ("draft_ar_only", "draft_parallel_only", "dspark_chain")
 

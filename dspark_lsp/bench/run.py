@@ -116,7 +116,7 @@ def run_bench(args: argparse.Namespace) -> int:
     from dspark_lsp.syntax import SyntaxDocument, detect_language
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    from dspark_lsp.bench.cli import METHODS
+    from dspark_lsp.bench.cli import DRAFT_METHODS, METHODS
 
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
@@ -198,8 +198,7 @@ def run_bench(args: argparse.Namespace) -> int:
     )
     for m in methods:
         r = results[m]
-        if m in ("fixed_k", "dspark", "dspark_chain", "dspark_relaxed", "draft_ar_only", "draft_parallel_only") \
-                and draft is None:
+        if m in DRAFT_METHODS and draft is None:
             r.skipped = "no draft source (pair has draft 'none')"
         if m in ("draft_ar_only", "draft_parallel_only") and not has_parallel_model:
             r.skipped = "needs a draft model (AR + parallel steps); the pair drafts by n-gram only"

@@ -54,8 +54,7 @@ def pick_token(
     """From draft logits over the reduced vocabulary: (target id, draft probability, distribution over
     the target vocabulary when sampling, else None). UNK and MASK are never proposed: they are not
     target tokens."""
-    logits = logits.float().clone()
-    logits[:N_RESERVED] = float("-inf")
+    logits = _without_reserved(logits)
     if temperature <= 0:
         probs = torch.softmax(logits, -1)
         d = int(probs.argmax())
@@ -69,6 +68,11 @@ def pick_token(
 
 def draft_runner_ups(vocab: DraftVocab, logits: torch.Tensor) -> list[tuple[int, float]]:
     """The draft's runner-up target ids after its greedy pick (reserved ids excluded), with probabilities."""
-    logits = logits.float().clone()
-    logits[:N_RESERVED] = float("-inf")
-    return [(int(vocab.to_target[d]), p) for d, p in runner_ups(torch.softmax(logits, -1))]
+    return [(int(vocab.to_target[d]), p) for d, p in runner_ups(torch.softmax(_without_reserved(logits), -1))]
+
+
+def _without_reserved(logits: torch.Tensor) -> torch.Tensor:
+    """fp32 copy of draft logits with UNK and MASK ruled out: they are not target tokens."""
+    out = logits.float().clone()
+    out[:N_RESERVED] = float("-inf")
+    return out

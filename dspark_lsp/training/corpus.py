@@ -86,8 +86,6 @@ def extra_language_roots() -> list[SourceRoot]:
     above teach nothing of braces-and-types syntax). Hand-written code only: torch's generated operator
     headers (ATen/ops, thousands of near-identical files) are left out by picking its hand-written
     subtrees. Roots that are not installed are skipped."""
-    import sysconfig as _sc
-
     roots: list[SourceRoot] = []
     try:
         import torch
@@ -100,7 +98,7 @@ def extra_language_roots() -> list[SourceRoot]:
                 roots.append(SourceRoot(f"torch-include/{sub}", inc / sub, licence))
     except ImportError:
         pass
-    py_inc = Path(_sc.get_paths()["include"])
+    py_inc = Path(sysconfig.get_paths()["include"])
     if py_inc.is_dir():
         roots.append(SourceRoot("cpython-include", py_inc, "PSF-2.0"))
     try:

@@ -74,11 +74,10 @@ def run_extract(cfg: ExtractConfig) -> int:
     run_conf = cfg.corpus_file.parent / "train_config.json"
     saved = json.loads(run_conf.read_text()) if run_conf.is_file() else {}
     defaults = TrainConfig()
-    corpus = prepare_corpus(default_roots(), tok, int(saved.get("keep_tokens", defaults.keep_tokens)),
-                            float(saved.get("held_out_percent", defaults.held_out_percent)),
+    held_pct = float(saved.get("held_out_percent", defaults.held_out_percent))
+    corpus = prepare_corpus(default_roots(), tok, int(saved.get("keep_tokens", defaults.keep_tokens)), held_pct,
                             cfg.corpus_file, None, int(model.config.vocab_size))
     maker = SampleMaker(tok, SampleShape())
-    held_pct = float(saved.get("held_out_percent", defaults.held_out_percent))
     extra = _extra_texts(cfg.out_dir, held_pct) if cfg.extra_share > 0 else []
     extra_weights = [len(t) for t in extra]
     t0 = time.time()
