@@ -13,6 +13,8 @@ from typing import Protocol
 from dspark_lsp.models.fim import FimTokens
 
 SNAP_LINES = 16
+# How much document text outside the prompt window the n-gram lookup may search, each side.
+OUTSIDE_CHARS = 16_000
 
 
 class _Tokenizer(Protocol):
@@ -112,3 +114,13 @@ def build_fim_prompt(
         prefix_tokens=len(prefix_ids),
         suffix_tokens=len(suffix_ids),
     )
+
+
+def outside_window_ids(
+    text: str, offset: int, prompt: FimPrompt, tokenizer: _Tokenizer, chars: int = OUTSIDE_CHARS
+) -> list[int]:
+    """Token ids of the document text the prompt window left out, up to ``chars`` each side: code
+    repeats itself across a file, so n-gram lookup searches this too (the model never sees it)."""
+    start = offset - len(prompt.prefix)
+    end = offset + len(prompt.suffix)
+    return _encode(tokenizer, text[max(0, start - chars) : start]) + _encode(tokenizer, text[end : end + chars])

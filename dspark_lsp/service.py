@@ -24,7 +24,7 @@ from dspark_lsp.engine.ngram import NgramDraftSource
 from dspark_lsp.engine.prefix_cache import PrefixCache
 from dspark_lsp.errors import UserError
 from dspark_lsp.models.packing import PACK_MODES, is_packed
-from dspark_lsp.prompt import build_fim_prompt
+from dspark_lsp.prompt import build_fim_prompt, outside_window_ids
 
 Progress = Callable[[str, float | None], None]
 
@@ -218,8 +218,6 @@ class CompletionService:
     """Loaded models + decode settings. ``complete`` is blocking; call it from a worker thread."""
 
     RECENT = 50
-    # How much document text outside the prompt window the n-gram lookup may search, each side.
-    OUTSIDE_CHARS = 16_000
     SHOWN_CACHE = 100
 
     def __init__(
@@ -363,7 +361,7 @@ class CompletionService:
         if isinstance(draft, NgramDraftSource) or isinstance(draft, HybridDraftSource):
             # Let the n-gram lookup also search the document outside the prompt window.
             ng = draft if isinstance(draft, NgramDraftSource) else draft.ngram
-            ng.extra_corpus = self._outside_window(req.text, req.offset, fp.prefix, fp.suffix)
+            ng.extra_corpus = outside_window_ids(req.text, req.offset, fp, self.tokenizer)
         res = self.decoder.generate(
             fp.ids,
             config=cfg.decode_config(req.max_new_tokens, self.verify_cost_ms, self.pad_to),
@@ -433,16 +431,6 @@ class CompletionService:
             return text.rstrip("\ufffd")
 
         return decode
-
-    def _outside_window(self, text: str, offset: int, prefix: str, suffix: str) -> list[int]:
-        """Token ids of the document text the prompt window left out (searched by n-gram lookup)."""
-        head = text[max(0, offset - len(prefix) - self.OUTSIDE_CHARS) : offset - len(prefix)]
-        tail = text[offset + len(suffix) : offset + len(suffix) + self.OUTSIDE_CHARS]
-        out: list[int] = []
-        for part in (head, tail):
-            if part:
-                out += list(self.tokenizer.encode(part, add_special_tokens=False))
-        return out
 
     def _remember(self, key: str, shown: _Shown) -> None:
         with self._lock:

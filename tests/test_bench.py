@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -74,3 +75,32 @@ def test_bench_chain_only_ablation(tiny_models: tuple[Path, Path], tmp_path: Pat
         assert 0 <= alt["accepted"] <= alt["proposed"]
     assert methods["dspark_chain"]["alternates"]["proposed"] == 0
     assert methods["target_only"]["alternates"] == {"proposed": 0, "accepted": 0}
+
+
+def test_bench_lookup_searches_the_document_outside_the_window_unless_ablated(
+    tiny_models: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dspark_lsp.engine.ngram import NgramDraftSource
+
+    seen: list[int] = []
+    real = NgramDraftSource.propose
+
+    def spy(self: NgramDraftSource, *args: Any, **kwargs: Any) -> Any:
+        seen.append(len(self.extra_corpus))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(NgramDraftSource, "propose", spy)
+    target, _ = tiny_models
+    sizes: dict[str, list[int]] = {}
+    for method in ("dspark", "dspark_window_only"):
+        seen.clear()
+        out = tmp_path / f"{method}.json"
+        rc = main(["bench", "--model", str(target), "--draft", "ngram", "--corpus", str(REPO / "bench" / "corpus"),
+                   "--humaneval", "none", "--limit", "1", "--max-new-tokens", "6", "--threads", "1",
+                   "--context-window", "64", "--methods", f"target_only,{method}", "--json", str(out)])
+        assert rc == 0
+        assert json.loads(out.read_text())["methods"][method]["identical"] is True
+        sizes[method] = list(seen)
+    # Corpus files are ~220 lines: a 64-token window leaves most of each file to the lookup.
+    assert sizes["dspark"] and min(sizes["dspark"]) > 100
+    assert sizes["dspark_window_only"] and max(sizes["dspark_window_only"]) == 0

@@ -427,6 +427,29 @@ def test_chunked_prefill_gives_the_same_tokens(
     assert res.stats.target_forwards == 1 + 9  # the prefill counts once, however many slices
 
 
+def test_the_prefill_runs_the_lm_head_for_its_last_row_only(target: Any, reference: list[int]) -> None:
+    rows: list[int] = []
+    hook = target.get_output_embeddings().register_forward_hook(lambda m, args, out: rows.append(args[0].shape[1]))
+    try:
+        res = SpeculativeDecoder(target).generate(PROMPT, config=DecodeConfig(max_new_tokens=4))
+    finally:
+        hook.remove()
+    assert res.tokens == reference[:4]
+    # A 7-token prompt: the LM head sees 1 row in the prefill (not 7), then 1 per single-token round.
+    assert rows == [1, 1, 1, 1]
+
+
+@pytest.mark.parametrize("prompt_len", [1, 2, 3])
+def test_a_padded_prefill_still_yields_the_last_real_tokens_prediction(target: Any, prompt_len: int) -> None:
+    prompt = PROMPT[:prompt_len]
+    plain = SpeculativeDecoder(target).generate(prompt, config=DecodeConfig(max_new_tokens=6)).tokens
+    # Short prompts are padded to 4 rows: the kept logits rows are the last real one plus the padding.
+    padded = SpeculativeDecoder(target).generate(
+        prompt, config=DecodeConfig(max_new_tokens=6, pad_to={1: 4, 2: 4, 3: 4})
+    )
+    assert padded.tokens == plain
+
+
 def test_sampling_is_reproducible_with_a_seed(target: Any) -> None:
     decoder = SpeculativeDecoder(target)
     draft: DraftSource = ModelDraftSource(target, V)

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dspark_lsp.models.fim import FimTokens, detect_fim_tokens
-from dspark_lsp.prompt import SNAP_LINES, build_fim_prompt
+from dspark_lsp.prompt import SNAP_LINES, build_fim_prompt, outside_window_ids
 
 
 @pytest.fixture(scope="module")
@@ -131,3 +131,17 @@ def test_a_long_rest_of_line_is_truncated_not_dropped(tiny_tokenizer: Any, fim: 
     offset = text.index("g(") + 2
     fp = check_invariants(tiny_tokenizer, fim, text, offset, 64, 0.75)
     assert fp.suffix.startswith("arg0, arg1")
+
+
+def test_outside_window_is_the_document_the_prompt_left_out(tiny_tokenizer: Any, fim: FimTokens) -> None:
+    text = _numbered_lines(400)
+    offset = text.index("x200 =")
+    fp = build_fim_prompt(text, offset, tiny_tokenizer, fim, context_window=64)
+    start, end = offset - len(fp.prefix), offset + len(fp.suffix)
+    assert 0 < start and end < len(text)  # the window leaves text out on both sides
+    ids = outside_window_ids(text, offset, fp, tiny_tokenizer, chars=300)
+    assert ids == encode(tiny_tokenizer, text[start - 300 : start]) + encode(tiny_tokenizer, text[end : end + 300])
+    # Nothing the prompt holds is searched twice; a document that fits the window leaves nothing out.
+    small = "def f():\n    return 1\n"
+    fp_small = build_fim_prompt(small, 9, tiny_tokenizer, fim, context_window=256)
+    assert outside_window_ids(small, 9, fp_small, tiny_tokenizer) == []

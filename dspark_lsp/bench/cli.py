@@ -13,6 +13,7 @@ METHODS = (
     "fixed_k",
     "dspark",
     "dspark_chain",
+    "dspark_window_only",
     "dspark_relaxed",
     "draft_ar_only",
     "draft_parallel_only",
@@ -20,9 +21,18 @@ METHODS = (
 
 
 # Our decode loop with the pair's draft: reported as skipped when the pair has none.
-DRAFT_METHODS = ("fixed_k", "dspark", "dspark_chain", "dspark_relaxed", "draft_ar_only", "draft_parallel_only")
-# Not run unless asked: the same draft with one part of DSpark switched off.
-ABLATIONS = ("draft_ar_only", "draft_parallel_only", "dspark_chain")
+DRAFT_METHODS = (
+    "fixed_k",
+    "dspark",
+    "dspark_chain",
+    "dspark_window_only",
+    "dspark_relaxed",
+    "draft_ar_only",
+    "draft_parallel_only",
+)
+# Not run unless asked: the same draft with one part of DSpark switched off (`dspark_window_only`: the
+# n-gram lookup searches the prompt alone, not the document outside the prompt window).
+ABLATIONS = ("draft_ar_only", "draft_parallel_only", "dspark_chain", "dspark_window_only")
 
 
 def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -30,7 +30,7 @@ from dspark_lsp.engine.model_draft import HybridDraftSource, ModelDraftSource
 from dspark_lsp.engine.ngram import NgramDraftSource
 from dspark_lsp.errors import UserError
 from dspark_lsp.models.loader import cpu_has_native_bf16
-from dspark_lsp.prompt import build_fim_prompt
+from dspark_lsp.prompt import build_fim_prompt, outside_window_ids
 
 
 @dataclass
@@ -67,6 +67,15 @@ class Prepared:
     language: str | None
     is_key: Any
     tracker_factory: Any
+    outside: list[int]  # the document outside the prompt window, as the server gives the n-gram lookup
+
+
+def _ngram_of(src: DraftSource) -> NgramDraftSource | None:
+    """The n-gram lookup inside a draft source (itself, or a hybrid's), if it has one."""
+    if isinstance(src, NgramDraftSource):
+        return src
+    inner = getattr(src, "ngram", None)
+    return inner if isinstance(inner, NgramDraftSource) else None
 
 
 def _eos(fim: Any) -> list[int]:
@@ -176,7 +185,7 @@ def run_bench(args: argparse.Namespace) -> int:
         def factory(doc: Any = doc, off: int = bp.offset, scope: Any = scope) -> Any:
             return doc.generation(off, scope)
 
-        prepared.append(Prepared(bp, fp.ids, lang, None, factory))
+        prepared.append(Prepared(bp, fp.ids, lang, None, factory, outside_window_ids(bp.text, bp.offset, fp, tokenizer)))
 
     def decode_text(ids: list[int]) -> str:
         return str(tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False))
@@ -240,6 +249,8 @@ def run_bench(args: argparse.Namespace) -> int:
                     dcfg.draft_mode = "parallel" if isinstance(draft, NgramDraftSource) else "ar"
                 elif m == "dspark_chain":
                     dcfg.alternates = 0  # ablation: the draft's chain only, no runner-ups beside it
+                elif m == "dspark_window_only":
+                    pass  # the lookup's corpus is set below
                 elif m == "dspark_relaxed":
                     dcfg.relaxed = True
                 elif m == "draft_ar_only":
@@ -248,6 +259,11 @@ def run_bench(args: argparse.Namespace) -> int:
                     dcfg.draft_mode = "parallel"
                 if src is not None:
                     src.reset()
+                    lookup = _ngram_of(src)
+                    if lookup is not None:
+                        # As the server does: the lookup also searches the document outside the window
+                        # (the ablation `dspark_window_only` searches the prompt alone, as HF's does).
+                        lookup.extra_corpus = [] if m == "dspark_window_only" else pp.outside
                 res = decoder.generate(pp.ids, config=dcfg, draft=src, eos_ids=eos, is_key=key_fn(tracker))
                 out = res.tokens
                 forwards = res.stats.target_forwards

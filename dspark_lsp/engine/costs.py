@@ -61,7 +61,7 @@ def measure_verify_cost(
     vocab = int(getattr(model.config, "vocab_size", 1000))
     ids = [(i * 7919) % max(2, min(vocab, 50_000)) for i in range(context + max(sizes))]
     cache = new_cache(model)
-    forward(model, ids[:context], cache)
+    forward(model, ids[:context], cache, keep=1)
     forward(model, ids[context : context + 1], cache)  # warm the decode path once
     crop(cache, context)
     out: dict[int, float] = {}

@@ -188,10 +188,12 @@ class SpeculativeDecoder:
         pad_to: dict[int, int] | None,
         hidden: bool = False,
         layout: VerifyLayout | None = None,
+        last_only: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Target logits (and, if asked, last hidden states) for ``tokens`` on ``cache``, run padded
         where the plan says that is cheaper. ``layout``: the rows are a chain plus alternates, which
-        need their own position ids and attention mask."""
+        need their own position ids and attention mask. ``last_only``: only the last real token's
+        logits are wanted (a prefill), so the LM head runs for that row alone."""
         n = len(tokens)
         m = pad_to.get(n, n) if pad_to else n
         feed = tokens + [tokens[-1]] * (m - n) if m > n else tokens
@@ -199,14 +201,16 @@ class SpeculativeDecoder:
         if layout is not None and layout.alternates:
             base = cache_len(cache)
             tree = TreeRows(layout.positions(base, m), layout.attention_mask(base, m, model_dtype(self.target)))
+        # Rows kept: the last real one and the padding after it (0 = all rows).
+        keep = m - n + 1 if last_only else 0
         if hidden:
-            logits, h = forward_hidden(self.target, feed, cache, tree)
+            logits, h = forward_hidden(self.target, feed, cache, tree, keep)
         else:
-            logits, h = forward(self.target, feed, cache, tree), None
+            logits, h = forward(self.target, feed, cache, tree, keep), None
         if m > n:
             # Causal attention: the real tokens never see the padding; its cache entries go right away.
             crop(cache, cache_len(cache) - (m - n))
-            logits = logits[:n]
+            logits = logits[: logits.shape[0] - (m - n)]
             h = None if h is None else h[:n]
         return logits, h
 
@@ -353,7 +357,9 @@ class SpeculativeDecoder:
         for start in range(reused, len(prompt), PREFILL_CHUNK):
             if cancel is not None and cancel.is_set() and start + PREFILL_CHUNK < len(prompt):
                 break
-            chunk_logits, h = self._forward(prompt[start : start + PREFILL_CHUNK], cache, config.pad_to, want_feats)
+            chunk_logits, h = self._forward(
+                prompt[start : start + PREFILL_CHUNK], cache, config.pad_to, want_feats, last_only=True
+            )
             last_logits = chunk_logits[-1]
             if h is not None:
                 feats.add(h)

@@ -45,7 +45,7 @@ class ModelDraftSource:
         crop(self._cache, keep)
         self._ids = self._ids[:keep]
         feed = context[keep:]
-        logits = forward(self.model, feed, self._cache)[-1]
+        logits = forward(self.model, feed, self._cache, keep=1)[0]
         self._ids = list(context)
         assert cache_len(self._cache) == len(self._ids)
         return logits
