@@ -21,15 +21,7 @@ METHODS = (
 
 
 # Our decode loop with the pair's draft: reported as skipped when the pair has none.
-DRAFT_METHODS = (
-    "fixed_k",
-    "dspark",
-    "dspark_chain",
-    "dspark_window_only",
-    "dspark_relaxed",
-    "draft_ar_only",
-    "draft_parallel_only",
-)
+DRAFT_METHODS = tuple(m for m in METHODS if m != "target_only" and not m.startswith("hf_"))
 # Not run unless asked: the same draft with one part of DSpark switched off (`dspark_window_only`: the
 # n-gram lookup searches the prompt alone, not the document outside the prompt window).
 ABLATIONS = ("draft_ar_only", "draft_parallel_only", "dspark_chain", "dspark_window_only")
