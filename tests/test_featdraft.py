@@ -301,3 +301,56 @@ def test_replay_target_hands_its_features_to_a_feature_draft() -> None:
         seq[:10], config=DecodeConfig(max_new_tokens=20), draft=src)
     assert out.tokens == seq[10:30]
     assert seen and all(torch.equal(r, feats[: r.shape[0]]) for r in seen)  # the rows of accepted tokens
+
+
+def test_online_rows_are_the_features_an_extraction_stores(tiny_target: Any) -> None:
+    from dspark_lsp.training.features import target_features
+    from dspark_lsp.training.online import OnlineRows
+    from dspark_lsp.training.samples import Sample
+
+    seqs = [[5, 9, 13, 40, 41, 42, 7, 8, 9], [3, 3, 3], list(range(1, 15))]
+    queue = iter(seqs)
+    rows = OnlineRows(tiny_target, lambda rng: Sample(next(queue), 4), seed=0).take(2)
+    # The 3-token sample is skipped; the two others share one right-padded forward.
+    for row, ids in zip(rows, [seqs[0], seqs[2]], strict=True):
+        h, a = target_features(tiny_target, ids)
+        assert row["tokens"].tolist() == ids and row["middle_start"] == 4
+        assert row["feat"].dtype == torch.bfloat16 and row["feat"].shape == h.shape
+        assert torch.allclose(row["feat"].float(), h.float(), atol=2e-2)
+        assert row["pred"].tolist() == a.tolist()
+
+
+def test_online_training_lowers_the_loss_without_shards(tiny_models: tuple[Path, Path], tiny_target: Any,
+                                                        tmp_path: Path) -> None:
+    import json
+    import random
+
+    from dspark_lsp.training.feat_train import FeatTrainConfig, run
+    from dspark_lsp.training.online import OnlineRows
+    from dspark_lsp.training.samples import Sample
+
+    vocab = int(tiny_target.config.vocab_size)
+    _write_shards(tiny_target, tmp_path / "feats", 1, 8, 40, 300)  # the validation shard only
+
+    # A small pool of repetitive sequences, so a few steps have something to learn.
+    pool_rng = random.Random(1)
+    pool = [([pool_rng.randrange(300) for _ in range(6)] * 7)[:40] for _ in range(8)]
+
+    def draw(rng: random.Random) -> Sample:
+        return Sample(list(rng.choice(pool)), 0)
+
+    corpus = tmp_path / "corpus.json"
+    corpus.write_text(json.dumps({"target_ids": list(range(vocab)), "target_vocab_size": vocab}))
+    cfg = FeatTrainConfig(name="o", runs_dir=tmp_path / "runs", features=tmp_path / "feats",
+                          target=str(tiny_models[0]), corpus_file=corpus, n_heads=4, d_ff=64, unroll=2,
+                          batch_size=4, lr=3e-3, warmup_steps=5, max_steps=60, log_every=10, eval_every=60,
+                          threads=1, bf16=False, online=True)
+    rows = OnlineRows(tiny_target, draw, seed=0)
+    run(cfg, online=rows)
+    log = [json.loads(line) for line in (cfg.run_dir / "log.jsonl").read_text().splitlines()]
+    steps = [r for r in log if "tok_loss" in r]
+    assert steps[-1]["tok_loss"][0] < 0.7 * steps[0]["tok_loss"][0]
+    # Every batch was fresh: 60 steps x 4 samples x 40 tokens went through the target.
+    assert rows.tokens_made == 60 * 4 * 40 == steps[-1]["online_tokens"]
+    assert [r for r in log if "val_acc" in r]  # validated on the extracted shard
+    assert load_feat_draft(cfg.run_dir / "export")[2]["step"] == 60

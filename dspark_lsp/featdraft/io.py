@@ -25,7 +25,7 @@ def is_feat_draft_dir(path: Path) -> bool:
 def save_feat_draft(out: Path, model: FeatDraft, vocab: DraftVocab, meta: dict[str, object],
                     dtype: torch.dtype = torch.float16) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().to(dtype).contiguous() for k, v in model.state_dict().items()}
+    state = {k: v.detach().to("cpu", dtype).contiguous() for k, v in model.state_dict().items()}
     save_file(state, str(out / WEIGHTS), metadata={"format": "pt"})
     (out / CONFIG).write_text(model.cfg.to_json())
     (out / VOCAB).write_text(json.dumps({"target_ids": vocab.target_ids.tolist(),

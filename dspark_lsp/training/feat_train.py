@@ -18,6 +18,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -29,6 +30,7 @@ from dspark_lsp.featdraft.config import FeatDraftConfig
 from dspark_lsp.featdraft.io import save_feat_draft
 from dspark_lsp.featdraft.model import FeatDraft
 from dspark_lsp.training.features import shard_paths
+from dspark_lsp.training.online import OnlineRows
 
 IGNORE = -100
 
@@ -58,6 +60,12 @@ class FeatTrainConfig:
     threads: int = 2
     bf16: bool = True  # autocast matmuls to bf16 (AVX512-BF16 CPUs run them ~2x faster)
     seed: int = 0
+    device: str = "cpu"  # "cuda" on an accelerator machine
+    # Draw every batch fresh from the corpus through the target (training.online) instead of reading
+    # extracted shards: for an accelerator, where the target is fast and storing features is not.
+    online: bool = False
+    extra_share: float = 0.3  # online: share of other-language samples (see training.features)
+    target_dtype: str = "bfloat16"  # online: the target's dtype while it makes features
     val_shards: int = 1  # the first shard(s): never trained on
 
     @property
@@ -65,13 +73,13 @@ class FeatTrainConfig:
         return self.runs_dir / self.name
 
 
-def unroll_mask(n: int, s: int) -> torch.Tensor:
+def unroll_mask(n: int, s: int, device: torch.device | str = "cpu") -> torch.Tensor:
     """Bool [1, 1, n, s*n]: what pass ``s`` (1-based) at position j may attend, given the keys of
     passes 1..s laid side by side: pass-1 keys at positions <= j-s+1, pass-r keys at j-s+r."""
     j = torch.arange(n)[:, None]
     k = torch.arange(n)[None, :]
     blocks = [k <= j - s + 1] + [k == j - s + r for r in range(2, s + 1)]
-    return torch.cat(blocks, dim=1)[None, None]
+    return torch.cat(blocks, dim=1)[None, None].to(device)
 
 
 def load_target_tables(target: str, vocab: DraftVocab) -> tuple[torch.Tensor, torch.Tensor]:
@@ -134,13 +142,13 @@ def unrolled_features(
     Pass s at position j computes exactly what draft step s computes at inference when the true
     features end at position j-s+1 (tests/test_featdraft.py checks this against the cached path)."""
     b, n, _ = emb.shape
-    positions = torch.arange(n)[None].expand(b, n)
+    positions = torch.arange(n, device=emb.device)[None].expand(b, n)
     cache = model.new_cache()
     outs: list[torch.Tensor] = []
     for s in range(1, unroll + 1):
         # Step s sees the previous step's guess of the feature, not the truth.
         f_in = f_true if not outs else torch.cat([f_true[:, :1], outs[-1][:, :-1]], dim=1)
-        outs.append(model(emb, f_in, positions, unroll_mask(n, s), cache))
+        outs.append(model(emb, f_in, positions, unroll_mask(n, s, emb.device), cache))
     return outs
 
 
@@ -167,6 +175,27 @@ def unrolled_losses(
     return out
 
 
+def to_device(batch: dict[str, torch.Tensor], device: str) -> dict[str, torch.Tensor]:
+    return {k: v.to(device) for k, v in batch.items()}
+
+
+def _autocast(cfg: FeatTrainConfig) -> Any:
+    kind = "cuda" if cfg.device.startswith("cuda") else "cpu"
+    return torch.autocast(kind, dtype=torch.bfloat16, enabled=cfg.bf16)
+
+
+def _online_rows(cfg: FeatTrainConfig, step: int) -> OnlineRows:
+    from dspark_lsp.models.loader import load_causal_lm
+    from dspark_lsp.training.features import training_sampler
+
+    target, _ = load_causal_lm(cfg.target, device=cfg.device, dtype=cfg.target_dtype, pack="off")
+    target.requires_grad_(False)
+    vocab = int(target.config.vocab_size)
+    draw = training_sampler(cfg.target, cfg.corpus_file, vocab, cfg.extra_share, cfg.run_dir)
+    # A resumed run draws other samples than the run before it (its seed moves with the step).
+    return OnlineRows(target, draw, cfg.seed * 100003 + step)
+
+
 def lr_at(cfg: FeatTrainConfig, step: int) -> float:
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
@@ -174,7 +203,9 @@ def lr_at(cfg: FeatTrainConfig, step: int) -> float:
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * frac)))
 
 
-def run(cfg: FeatTrainConfig) -> None:
+def run(cfg: FeatTrainConfig, online: OnlineRows | None = None) -> None:
+    """Train (resuming from the run's checkpoint). ``online``: the source of fresh rows when
+    ``cfg.online`` (built from ``cfg.target`` and the corpus when not given)."""
     torch.set_num_threads(cfg.threads)
     if not cfg.corpus_file.is_file():
         raise UserError(f"no corpus file at {cfg.corpus_file}")
@@ -188,31 +219,41 @@ def run(cfg: FeatTrainConfig) -> None:
     model = FeatDraft(net_cfg)
     with torch.no_grad():
         model.head.weight.copy_(head_rows)  # start from the target's own output head
+    model.to(cfg.device)
+    emb_table = emb_table.to(cfg.device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     run_dir = cfg.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     ckpt = run_dir / "checkpoint.pt"
     step = 0
     if ckpt.is_file():
-        state = torch.load(ckpt, weights_only=False)
+        state = torch.load(ckpt, weights_only=False, map_location=cfg.device)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         step = int(state["step"])
         print(f"resumed at step {step}", file=sys.stderr)
     (run_dir / "train_config.json").write_text(json.dumps(asdict(cfg), default=str, indent=2))
     shards = Shards(cfg.features, cfg.val_shards)
+    if cfg.online and online is None:
+        online = _online_rows(cfg, step)
     rng = random.Random(cfg.seed + step)
     log = (run_dir / "log.jsonl").open("a")
     t0 = last_ckpt = time.time()
     while step < cfg.max_steps:
-        if step % 50 == 0 or not shards.train:
-            if shards.refresh() < cfg.batch_size:
-                raise UserError(f"fewer than {cfg.batch_size} training samples in {cfg.features}")
+        if online is not None:
+            rows = online.take(cfg.batch_size)
+            if step % 50 == 0:
+                shards.refresh()  # the validation shard(s), when the features folder has them
+        else:
+            if step % 50 == 0 or not shards.train:
+                if shards.refresh() < cfg.batch_size:
+                    raise UserError(f"fewer than {cfg.batch_size} training samples in {cfg.features}")
+            rows = rng.sample(shards.train, cfg.batch_size)
         for group in opt.param_groups:
             group["lr"] = lr_at(cfg, step)
-        batch = make_batch(rng.sample(shards.train, cfg.batch_size), vocab)
+        batch = to_device(make_batch(rows, vocab), cfg.device)
         model.train()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
+        with _autocast(cfg):
             parts = unrolled_losses(model, emb_table, batch, cfg.unroll)
         loss = sum((tl + cfg.reg_weight * rl for tl, rl, _, _ in parts), torch.zeros(()))
         opt.zero_grad(set_to_none=True)
@@ -221,8 +262,9 @@ def run(cfg: FeatTrainConfig) -> None:
         opt.step()
         step += 1
         if step % cfg.log_every == 0:
+            seen = online.tokens_made if online is not None else len(shards.train)
             rec = {"time": round(time.time(), 1), "step": step, "loss": round(float(loss.detach()), 4),
-                   "lr": round(lr_at(cfg, step), 6), "samples": len(shards.train),
+                   "lr": round(lr_at(cfg, step), 6), ("online_tokens" if online is not None else "samples"): seen,
                    "acc": [round(float(h) / max(int(c), 1), 4) for _, _, h, c in parts],
                    "tok_loss": [round(float(t.detach()), 3) for t, _, _, _ in parts],
                    "reg": [round(float(r.detach()), 4) for _, r, _, _ in parts]}
@@ -251,8 +293,8 @@ def evaluate(model: FeatDraft, emb_table: torch.Tensor, rows: list[dict[str, tor
     hits = [0] * cfg.unroll
     counts = [0] * cfg.unroll
     for i in range(0, len(rows), cfg.batch_size):
-        batch = make_batch(rows[i : i + cfg.batch_size], vocab)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
+        batch = to_device(make_batch(rows[i : i + cfg.batch_size], vocab), cfg.device)
+        with _autocast(cfg):
             parts = unrolled_losses(model, emb_table, batch, cfg.unroll)
         for s, (_, _, h, c) in enumerate(parts):
             hits[s] += int(h)

@@ -17,12 +17,14 @@ import json
 import random
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from dspark_lsp.errors import UserError
+from dspark_lsp.training.samples import Sample
 
 SHARD_GLOB = "shard_*.pt"
 
@@ -55,31 +57,47 @@ def target_features(model: torch.nn.Module, ids: list[int]) -> tuple[torch.Tenso
     return out.hidden_states[-1][0], out.logits[0].argmax(-1)
 
 
-def run_extract(cfg: ExtractConfig) -> int:
-    from dspark_lsp.models.loader import load_causal_lm
+def training_sampler(
+    target: str, corpus_file: Path, vocab_size: int, extra_share: float, manifest_dir: Path
+) -> Callable[[random.Random], Sample]:
+    """``draw(rng) -> Sample``: the training samples every feature-draft run uses (the train-draft corpus,
+    its held-out split and sample shapes, plus ``extra_share`` of other-language sources, whose manifest
+    is written to ``manifest_dir``)."""
+    from dspark_lsp.training.config import TrainConfig
     from dspark_lsp.training.corpus import default_roots
     from dspark_lsp.training.data import prepare_corpus
     from dspark_lsp.training.samples import SampleMaker, SampleShape, load_tokenizer
 
-    if not cfg.corpus_file.is_file():
-        raise UserError(f"no corpus file at {cfg.corpus_file}: run train-draft once to create it")
-    torch.set_num_threads(cfg.threads)
-    cfg.out_dir.mkdir(parents=True, exist_ok=True)
-    model, _ = load_causal_lm(cfg.target, device="cpu", dtype=cfg.dtype, pack="off")
-    tok = load_tokenizer(cfg.target)
-    from dspark_lsp.training.config import TrainConfig
-
+    if not corpus_file.is_file():
+        raise UserError(f"no corpus file at {corpus_file}: run train-draft once to create it")
+    tok = load_tokenizer(target)
     # Same held-out split as the run that wrote corpus.json (its train_config.json), so no held-out
     # file is ever featurised for training.
-    run_conf = cfg.corpus_file.parent / "train_config.json"
+    run_conf = corpus_file.parent / "train_config.json"
     saved = json.loads(run_conf.read_text()) if run_conf.is_file() else {}
     defaults = TrainConfig()
     held_pct = float(saved.get("held_out_percent", defaults.held_out_percent))
     corpus = prepare_corpus(default_roots(), tok, int(saved.get("keep_tokens", defaults.keep_tokens)), held_pct,
-                            cfg.corpus_file, None, int(model.config.vocab_size))
+                            corpus_file, None, vocab_size)
     maker = SampleMaker(tok, SampleShape())
-    extra = _extra_texts(cfg.out_dir, held_pct) if cfg.extra_share > 0 else []
+    extra = _extra_texts(manifest_dir, held_pct) if extra_share > 0 else []
     extra_weights = [len(t) for t in extra]
+
+    def draw(rng: random.Random) -> Sample:
+        use_extra = bool(extra) and rng.random() < extra_share
+        text = rng.choices(extra, weights=extra_weights)[0] if use_extra else corpus.pick_train(rng)
+        return maker.make(rng, text)
+
+    return draw
+
+
+def run_extract(cfg: ExtractConfig) -> int:
+    from dspark_lsp.models.loader import load_causal_lm
+
+    torch.set_num_threads(cfg.threads)
+    cfg.out_dir.mkdir(parents=True, exist_ok=True)
+    model, _ = load_causal_lm(cfg.target, device="cpu", dtype=cfg.dtype, pack="off")
+    draw = training_sampler(cfg.target, cfg.corpus_file, int(model.config.vocab_size), cfg.extra_share, cfg.out_dir)
     t0 = time.time()
     done = len(shard_paths(cfg.out_dir))
     n_tok = 0
@@ -89,9 +107,7 @@ def run_extract(cfg: ExtractConfig) -> int:
         rng = random.Random(cfg.seed * 100003 + shard)
         rows: list[dict[str, torch.Tensor | int]] = []
         for _ in range(cfg.samples_per_shard):
-            use_extra = bool(extra) and rng.random() < cfg.extra_share
-            text = rng.choices(extra, weights=extra_weights)[0] if use_extra else corpus.pick_train(rng)
-            s = maker.make(rng, text)
+            s = draw(rng)
             if len(s.tokens) < 8:
                 continue
             h, a = target_features(model, s.tokens)
