@@ -19,7 +19,7 @@ from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
 from dspark_lsp.engine.costs import calibrate_forwards, cost_profile
 from dspark_lsp.engine.decode import SpeculativeDecoder
 from dspark_lsp.engine.draft import DraftSource
-from dspark_lsp.engine.model_draft import HybridDraftSource, ModelDraftSource
+from dspark_lsp.engine.model_draft import HybridDraftSource, ModelDraftSource, lookup_of
 from dspark_lsp.engine.ngram import NgramDraftSource
 from dspark_lsp.engine.prefix_cache import PrefixCache
 from dspark_lsp.errors import UserError
@@ -358,10 +358,10 @@ class CompletionService:
                 on_text(decode_text(ids))
 
         draft = self.draft
-        if isinstance(draft, NgramDraftSource) or isinstance(draft, HybridDraftSource):
+        lookup = lookup_of(draft)
+        if lookup is not None:
             # Let the n-gram lookup also search the document outside the prompt window.
-            ng = draft if isinstance(draft, NgramDraftSource) else draft.ngram
-            ng.extra_corpus = outside_window_ids(req.text, req.offset, fp, self.tokenizer)
+            lookup.extra_corpus = outside_window_ids(req.text, req.offset, fp, self.tokenizer)
         res = self.decoder.generate(
             fp.ids,
             config=cfg.decode_config(req.max_new_tokens, self.verify_cost_ms, self.pad_to),

@@ -9,7 +9,7 @@ import pytest
 from dspark_lsp.engine.config import DecodeConfig
 from dspark_lsp.engine.decode import SpeculativeDecoder
 from dspark_lsp.engine.draft import DraftSource
-from dspark_lsp.engine.model_draft import HybridDraftSource, ModelDraftSource, dist_from_logits
+from dspark_lsp.engine.model_draft import HybridDraftSource, ModelDraftSource, dist_from_logits, lookup_of
 from dspark_lsp.engine.ngram import NgramDraftSource
 
 V = 40
@@ -119,3 +119,12 @@ def test_indexed_corpus_lookup_equals_a_linear_scan() -> None:
         ctx = [rng.randrange(6) for _ in range(rng.randint(1, 12))]
         got = NgramDraftSource(extra_corpus=corpus).propose(ctx, 3, parallel=True, tau=0.9).tokens
         assert got == _scan_reference(ctx, corpus, 3), (corpus, ctx)
+
+
+def test_lookup_of_finds_the_ngram_source_a_draft_drafts_with(random_lm: Any) -> None:
+    model = random_lm(3, vocab_size=V, hidden=16, layers=1)
+    ngram = NgramDraftSource()
+    plain = ModelDraftSource(model, V)
+    assert lookup_of(ngram) is ngram
+    assert lookup_of(HybridDraftSource(plain, ngram)) is ngram
+    assert lookup_of(plain) is None and lookup_of(None) is None

@@ -26,7 +26,7 @@ from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
 from dspark_lsp.engine.costs import calibrate_forwards, measure_verify_cost, raw_monotone
 from dspark_lsp.engine.decode import SpeculativeDecoder
 from dspark_lsp.engine.draft import DraftSource
-from dspark_lsp.engine.model_draft import HybridDraftSource, ModelDraftSource
+from dspark_lsp.engine.model_draft import HybridDraftSource, ModelDraftSource, lookup_of
 from dspark_lsp.engine.ngram import NgramDraftSource
 from dspark_lsp.errors import UserError
 from dspark_lsp.models.loader import cpu_has_native_bf16
@@ -68,14 +68,6 @@ class Prepared:
     is_key: Any
     tracker_factory: Any
     outside: list[int]  # the document outside the prompt window, as the server gives the n-gram lookup
-
-
-def _ngram_of(src: DraftSource) -> NgramDraftSource | None:
-    """The n-gram lookup inside a draft source (itself, or a hybrid's), if it has one."""
-    if isinstance(src, NgramDraftSource):
-        return src
-    inner = getattr(src, "ngram", None)
-    return inner if isinstance(inner, NgramDraftSource) else None
 
 
 def _eos(fim: Any) -> list[int]:
@@ -249,8 +241,6 @@ def run_bench(args: argparse.Namespace) -> int:
                     dcfg.draft_mode = "parallel" if isinstance(draft, NgramDraftSource) else "ar"
                 elif m == "dspark_chain":
                     dcfg.alternates = 0  # ablation: the draft's chain only, no runner-ups beside it
-                elif m == "dspark_window_only":
-                    pass  # the lookup's corpus is set below
                 elif m == "dspark_relaxed":
                     dcfg.relaxed = True
                 elif m == "draft_ar_only":
@@ -259,7 +249,7 @@ def run_bench(args: argparse.Namespace) -> int:
                     dcfg.draft_mode = "parallel"
                 if src is not None:
                     src.reset()
-                    lookup = _ngram_of(src)
+                    lookup = lookup_of(src)
                     if lookup is not None:
                         # As the server does: the lookup also searches the document outside the window
                         # (the ablation `dspark_window_only` searches the prompt alone, as HF's does).

@@ -83,6 +83,14 @@ class ModelDraftSource:
         return out
 
 
+def lookup_of(src: DraftSource | None) -> NgramDraftSource | None:
+    """The n-gram lookup a draft source drafts with (itself, or a hybrid's), if any: the caller hands it
+    the document outside the prompt window."""
+    if isinstance(src, NgramDraftSource):
+        return src
+    return src.ngram if isinstance(src, HybridDraftSource) else None
+
+
 class HybridDraftSource:
     """n-gram lookup first, a draft model where the lookup has nothing.
 

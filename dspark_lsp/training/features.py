@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from dspark_lsp.errors import UserError
-from dspark_lsp.training.samples import Sample
+from dspark_lsp.training.samples import MIN_SAMPLE_TOKENS, Sample
 
 SHARD_GLOB = "shard_*.pt"
 
@@ -108,7 +108,7 @@ def run_extract(cfg: ExtractConfig) -> int:
         rows: list[dict[str, torch.Tensor | int]] = []
         for _ in range(cfg.samples_per_shard):
             s = draw(rng)
-            if len(s.tokens) < 8:
+            if len(s.tokens) < MIN_SAMPLE_TOKENS:
                 continue
             h, a = target_features(model, s.tokens)
             rows.append({"tokens": torch.tensor(s.tokens, dtype=torch.int32), "feat": h.to(torch.bfloat16),

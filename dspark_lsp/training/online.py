@@ -15,9 +15,7 @@ from typing import Any
 
 import torch
 
-from dspark_lsp.training.samples import Sample
-
-MIN_TOKENS = 8  # as the shard extraction: shorter samples teach nothing
+from dspark_lsp.training.samples import MIN_SAMPLE_TOKENS, Sample
 
 
 class OnlineRows:
@@ -34,7 +32,7 @@ class OnlineRows:
         samples: list[Sample] = []
         while len(samples) < n:
             s = self.draw(self.rng)
-            if len(s.tokens) >= MIN_TOKENS:
+            if len(s.tokens) >= MIN_SAMPLE_TOKENS:
                 samples.append(s)
         device = next(self.target.parameters()).device
         width = max(len(s.tokens) for s in samples)

@@ -27,6 +27,9 @@ class SampleShape:
     fim_rate: float = 0.8
 
 
+MIN_SAMPLE_TOKENS = 8  # shorter samples (a tiny file's window) teach the feature draft nothing
+
+
 @dataclass
 class Sample:
     tokens: list[int]  # target ids
