@@ -23,6 +23,7 @@ from dspark_lsp.engine.model_draft import HybridDraftSource, ModelDraftSource, l
 from dspark_lsp.engine.ngram import NgramDraftSource
 from dspark_lsp.engine.prefix_cache import PrefixCache
 from dspark_lsp.errors import UserError
+from dspark_lsp.models.loader import DTYPES
 from dspark_lsp.models.packing import PACK_MODES, is_packed
 from dspark_lsp.prompt import build_fim_prompt, outside_window_ids
 
@@ -89,8 +90,8 @@ class ServiceConfig:
             out.append("draftModel must be a string or null")
         if self.device not in ("auto", "cpu", "cuda", "mps") and not str(self.device).startswith("cuda:"):
             out.append(f"device {self.device!r} is not one of auto, cpu, cuda, cuda:N, mps")
-        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
-            out.append(f"dtype {self.dtype!r} is not one of auto, float32, bfloat16, float16")
+        if self.dtype not in DTYPES:
+            out.append(f"dtype {self.dtype!r} is not one of {', '.join(DTYPES)}")
         if not _is_num(self.threshold) or not 0.0 < self.threshold <= 1.0:
             out.append("threshold must be a number in (0, 1]")
         if not _is_int(self.k_min) or not _is_int(self.k_max) or not 1 <= self.k_min <= self.k_max <= 16:

@@ -6,7 +6,7 @@ Layout under the cache root::
     <root>/models/<name>/dspark-model.json the manifest, written LAST: no manifest, not ready
     <root>/models/.<name>.tmp-XXXX/        a save in progress (deleted by the next prepare)
     <root>/gguf/<file>.gguf.partial        a join in progress (deleted by the next prepare)
-    <root>/gguf/<file>.gguf                a verified joined GGUF (kept only with --keep-gguf)
+    <root>/gguf/<file>.gguf                the verified joined GGUF: what the CPU's quantized path loads
 
 A manifest that does not parse, names another source, or lists files whose sizes no longer match makes
 the model "not ready": a later prepare then rebuilds it instead of trusting a half-written directory.
@@ -162,6 +162,16 @@ def stale_paths(root: Path) -> list[Path]:
     if gdir.is_dir():
         found += [p for p in gdir.iterdir() if p.name.endswith(PARTIAL_SUFFIX)]
     return sorted(found)
+
+
+def kept_gguf(root: Path, filename: str, size_bytes: int) -> Path | None:
+    """The verified GGUF kept by ``models prepare`` (None when absent or not its recorded size: a file cut
+    short is never loaded; its sha256 was checked when it was joined)."""
+    path = gguf_dir(root) / filename
+    try:
+        return path if path.is_file() and path.stat().st_size == size_bytes else None
+    except OSError:
+        return None
 
 
 def human_size(n: int) -> str:

@@ -45,12 +45,28 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     for name in _models_to_prepare(args.name):
         spec = get_model_spec(name)
         directory = cache.model_dir(root, name)
-        if cache.is_ready(directory, name, spec.sha256):
+        keep = not args.drop_gguf
+        if cache.is_ready(directory, name, spec.sha256) and (
+            not keep or cache.kept_gguf(root, spec.gguf_filename, spec.size_bytes) is not None
+        ):
             print(f"{name} is already prepared at {directory}")
-            continue
-        path = prepare_model(name, root, progress=not args.no_progress, keep_gguf=args.keep_gguf)
-        print(f"{name} prepared at {path}")
+        else:
+            path = prepare_model(name, root, progress=not args.no_progress, keep_gguf=keep)
+            print(f"{name} prepared at {path}")
+    if not args.drop_gguf:
+        _build_kernel(root)
     return 0
+
+
+def _build_kernel(root: Path) -> None:
+    """Compile the quantized kernel now (~20 s once) rather than at the first server start."""
+    from dspark_lsp.quant.build import KernelUnavailable, load_kernel
+
+    try:
+        load_kernel(root)
+        print("quantized CPU kernel ready")
+    except KernelUnavailable as exc:
+        print(f"note: the quantized CPU kernel is unavailable ({exc}); the CPU will use fp32 weights", file=sys.stderr)
 
 
 def format_table(rows: Sequence[Sequence[str]]) -> str:
@@ -91,7 +107,10 @@ def add_models_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
                          help="a model or pair name (default: the default pair's models)")
     prepare.add_argument("--cache-dir", default=None, help="cache root (default: $DSPARK_CACHE_DIR, XDG cache)")
     prepare.add_argument("--no-progress", action="store_true", help="no progress bars")
-    prepare.add_argument("--keep-gguf", action="store_true", help="keep the joined GGUF file in the cache")
+    prepare.add_argument("--keep-gguf", action="store_true",
+                         help="keep the joined GGUF in the cache (the default now: the CPU's quantized path loads it)")
+    prepare.add_argument("--drop-gguf", action="store_true",
+                         help="delete the joined GGUF after converting (the CPU then runs fp32 weights)")
     prepare.set_defaults(func=cmd_prepare)
 
     lst = sub.add_parser("list", help="show known models, whether they are ready, and their sizes")

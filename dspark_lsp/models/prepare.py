@@ -202,19 +202,32 @@ def prepare_model(
     installer: Installer | None = None,
     *,
     converter: Converter | None = None,
-    keep_gguf: bool = False,
+    keep_gguf: bool = True,
     log: Log | None = None,
 ) -> Path:
     """Make the registry model ``name`` ready in the cache and return its directory.
 
-    A no-op (returning the directory) when it is already prepared. ``installer`` and ``converter`` are
-    injection points for tests; ``log`` receives one-line status messages (default: stderr).
+    A no-op (returning the directory) when it is already prepared and its GGUF is kept. The verified GGUF
+    stays in ``<root>/gguf/`` (``keep_gguf``, default on): it is what the CPU's quantized path loads; a
+    model prepared before that gets its GGUF joined again from the installed parts, without converting
+    again. ``installer`` and ``converter`` are injection points for tests; ``log`` receives one-line
+    status messages (default: stderr).
     """
     spec = get_model_spec(name)
     say = log or _stderr_log
     root = cache.cache_root(cache_root)
     final = cache.model_dir(root, spec.name)
     if cache.is_ready(final, spec.name, spec.sha256):
+        if not keep_gguf or cache.kept_gguf(root, spec.gguf_filename, spec.size_bytes) is not None:
+            return final
+        with _lock(root, spec.name):
+            say(f"{spec.name} is prepared but its GGUF is not kept; joining it again for the quantized path")
+            try:
+                _joined_gguf(root, spec, installer or pip_installer, progress, say)
+            except OSError as exc:
+                if _is_disk_full(exc):
+                    raise _disk_full_error(root, f"joining {spec.gguf_filename}") from None
+                raise ModelError(f"joining {spec.gguf_filename} failed: {exc}") from None
         return final
     try:
         cache.models_dir(root).mkdir(parents=True, exist_ok=True)

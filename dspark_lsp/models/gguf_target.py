@@ -1,0 +1,248 @@
+"""Load a GGUF causal LM with its quantized weights kept quantized (the CPU's fast, exact path).
+
+The model is transformers' own module tree (so the KV cache, attention masks, position ids and hidden
+states the engine uses behave as for any HF model), built on the meta device and then given the file's
+tensors: every quantized Linear becomes a :class:`~dspark_lsp.quant.linear.QuantLinear`, the embedding a
+:class:`~dspark_lsp.quant.linear.QuantEmbedding`, norms and biases stay fp32. Nothing is ever held in
+fp32 for the quantized tensors, so the 0.5B target needs ~0.55 GB instead of ~2.5 GB. A tensor type the
+kernel does not support is dequantized to fp32 (one log line names it).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from dspark_lsp.errors import ModelError
+from dspark_lsp.quant import blocks
+from dspark_lsp.quant.gguf_file import GGUFError, GGUFFile, TensorInfo, open_gguf
+from dspark_lsp.quant.linear import FusedProjections, ProjectionPart, QuantEmbedding, QuantLinear
+
+# GGUF tensor name -> transformers module path, for the architectures whose tensors map one to one
+# (llama-style GGUFs permute q/k rows for rope and would need that undone: not supported here).
+_LAYER = {
+    "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj", "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
+}
+_TOP = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
+SUPPORTED_ARCHS = ("qwen2",)
+
+
+@dataclass
+class LoadReport:
+    """What the quantized load did, per GGUF tensor type (for logs and `complete --json`)."""
+
+    quantized: dict[str, int] = field(default_factory=dict)  # type name -> tensors kept quantized
+    dequantized: dict[str, int] = field(default_factory=dict)  # type name -> tensors loaded as fp32
+    weight_bytes: int = 0
+
+    def summary(self) -> str:
+        q = ", ".join(f"{n}×{t}" for t, n in sorted(self.quantized.items()))
+        d = ", ".join(f"{n}×{t}" for t, n in sorted(self.dequantized.items()))
+        return f"quantized [{q}]" + (f"; fp32 [{d}]" if d else "") + f"; {self.weight_bytes / 2**20:.0f} MiB"
+
+
+def _hf_path(name: str) -> tuple[str, str]:
+    """'blk.3.attn_q.bias' -> ('model.layers.3.self_attn.q_proj', 'bias')."""
+    m = re.fullmatch(r"blk\.(\d+)\.(\w+)\.(weight|bias)", name)
+    if m:
+        if m.group(2) not in _LAYER:
+            raise ModelError(f"GGUF tensor {name} has no counterpart in the model")
+        return f"model.layers.{m.group(1)}.{_LAYER[m.group(2)]}", m.group(3)
+    m = re.fullmatch(r"(\w+)\.(weight|bias)", name)
+    if m and m.group(1) in _TOP:
+        return _TOP[m.group(1)], m.group(2)
+    raise ModelError(f"GGUF tensor {name} has no counterpart in the model")
+
+
+def _type_name(qtype: int) -> str:
+    if qtype in blocks.TYPE_NAMES:
+        return blocks.TYPE_NAMES[qtype]
+    try:
+        import gguf
+
+        return str(gguf.GGMLQuantizationType(qtype).name)
+    except (ImportError, ValueError):
+        return f"type {qtype}"
+
+
+def _dense(g: GGUFFile, t: TensorInfo) -> torch.Tensor:
+    """fp32 values of a GGUF tensor of any type, in the model's orientation (ggml's shape reversed)."""
+    raw = g.read(t.name)
+    shape = [int(x) for x in reversed(t.shape)]
+    if t.qtype == blocks.F32:
+        arr = raw.view(np.float32)
+    elif t.qtype == blocks.F16:
+        arr = raw.view(np.float16).astype(np.float32)
+    elif t.qtype == blocks.BF16:
+        arr = (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+    else:
+        import gguf
+        from gguf.quants import dequantize
+
+        arr = dequantize(raw, gguf.GGMLQuantizationType(t.qtype)).astype(np.float32)
+    return torch.from_numpy(np.ascontiguousarray(arr).reshape(shape).copy())
+
+
+def read_gguf(path: Path) -> GGUFFile:
+    """The file's header and tensor index, refusing a truncated or corrupt file with a clear error."""
+    try:
+        return open_gguf(path)
+    except GGUFError as exc:
+        raise ModelError(str(exc)) from None
+
+
+def _set(model: nn.Module, path: str, module: nn.Module) -> None:
+    parent_path, _, leaf = path.rpartition(".")
+    setattr(model.get_submodule(parent_path) if parent_path else model, leaf, module)
+
+
+def build_quantized_model(
+    gguf_path: Path, config: Any, log: Callable[[str], None] | None = None
+) -> tuple[nn.Module, LoadReport]:
+    """The causal LM of ``config`` with the weights of ``gguf_path``, quantized tensors kept quantized.
+
+    Raises ModelError for a file that is not a GGUF, an unsupported architecture, or tensors that do not
+    match the config. The kernel must be loaded (``quant.build.load_kernel``) before the model runs.
+    """
+    from transformers import AutoModelForCausalLM
+
+    say = log or (lambda _m: None)
+    g = read_gguf(gguf_path)
+    arch = g.arch
+    if arch not in SUPPORTED_ARCHS:
+        raise ModelError(f"quantized loading supports {', '.join(SUPPORTED_ARCHS)} GGUF files, not {arch!r}")
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    tensors = g.tensors
+    report = LoadReport()
+    linears: dict[str, dict[str, Any]] = {}
+    for name, t in tensors.items():
+        path, what = _hf_path(name)
+        linears.setdefault(path, {})[what] = t
+
+    quant: dict[str, tuple[blocks.Packed, torch.Tensor | None]] = {}
+    for path, parts in linears.items():
+        target = model.get_submodule(path)
+        wt = parts.get("weight")
+        if wt is None:
+            raise ModelError(f"GGUF file has a bias for {path} but no weight")
+        qtype = wt.qtype
+        tname = _type_name(qtype)
+        bias = _dense(g, parts["bias"]) if "bias" in parts else None
+        if isinstance(target, nn.Linear | nn.Embedding) and qtype in blocks.QUANTIZED:
+            n, k = wt.rows_cols
+            expected = (target.out_features, target.in_features) if isinstance(target, nn.Linear) else (
+                target.num_embeddings, target.embedding_dim)
+            if (n, k) != expected:
+                raise ModelError(f"GGUF tensor {wt.name} is [{n}, {k}], the model expects {list(expected)}")
+            packed = blocks.pack_tensor(g.read(wt.name), qtype, n, k)
+            report.weight_bytes += packed.nbytes
+            report.quantized[tname] = report.quantized.get(tname, 0) + 1
+            if isinstance(target, nn.Linear):
+                quant[path] = (packed, bias)
+            else:
+                _set(model, path, QuantEmbedding(packed))
+            continue
+        _load_dense(model, path, target, _dense(g, wt), wt, bias, tname, report, say)
+    _place_linears(model, quant)
+
+    if "output.weight" not in tensors:  # a tied head reads the embedding table
+        emb_mod = model.get_submodule("model.embed_tokens")
+        if isinstance(emb_mod, QuantEmbedding):
+            head = QuantLinear.__new__(QuantLinear)
+            nn.Module.__init__(head)
+            head.kind, head.shift, head.source_type = emb_mod.kind, emb_mod.shift, emb_mod.source_type
+            for b in ("codes", "scale", "off"):
+                head.register_buffer(b, getattr(emb_mod, b), persistent=False)
+            head.in_features, head.out_features = emb_mod.embedding_dim, emb_mod.num_embeddings
+            head.small_m = QuantLinear.__init__.__defaults__[-1]  # type: ignore[index]
+            head.register_buffer("bias", None, persistent=False)
+            model.lm_head = head
+        else:
+            lin = nn.Linear(config.hidden_size, config.vocab_size, bias=False, device="cpu")
+            lin.weight = emb_mod.weight  # type: ignore[assignment]
+            model.lm_head = lin
+
+    # Buffers the meta build left empty (rotary frequencies): rebuild those modules on the CPU.
+    for path, module in list(model.named_modules()):
+        if any(b.is_meta for b in module.buffers(recurse=False)) and "rotary" in type(module).__name__.lower():
+            _set(model, path, type(module)(config=config))
+    left = [n for n, p in list(model.named_parameters()) + list(model.named_buffers()) if p.is_meta]
+    if left:
+        raise ModelError(f"GGUF file lacks tensors the model needs: {', '.join(left[:4])}")
+    model.eval()
+    model.requires_grad_(False)
+    return model, report
+
+
+# Projections that read the same input in transformers' Qwen2 layers, fused into one kernel call each:
+# fewer, larger calls stream the weights faster (a call costs ~25 us of overhead on 2 cores).
+_FUSE = (("self_attn", ("q_proj", "k_proj", "v_proj")), ("mlp", ("gate_proj", "up_proj")))
+
+
+def _place_linears(model: nn.Module, quant: dict[str, tuple[blocks.Packed, torch.Tensor | None]]) -> None:
+    """Put QuantLinears where the quantized Linears were, fusing same-input projections when their
+    layouts allow (otherwise each stays its own call)."""
+    done: set[str] = set()
+    for path in list(quant):
+        owner, _, leaf = path.rpartition(".")
+        for group_owner, names in _FUSE:
+            if not owner.endswith(group_owner) or leaf not in names:
+                continue
+            paths = [f"{owner}.{n}" for n in names]
+            if any(p not in quant or p in done for p in paths):
+                continue
+            packed = blocks.concat_rows([quant[p][0] for p in paths])
+            if packed is None:
+                continue
+            biases = [quant[p][1] for p in paths]
+            bias = None
+            if any(b is not None for b in biases):
+                bias = torch.cat([b if b is not None else torch.zeros(quant[p][0].n) for b, p in zip(biases, paths,
+                                                                                                    strict=True)])
+            group = FusedProjections(QuantLinear(packed, bias), [quant[p][0].n for p in paths])
+            parent = model.get_submodule(owner)
+            parent.add_module("fused_" + "_".join(n.split("_")[0] for n in names), group)
+            for i, n in enumerate(names):
+                setattr(parent, n, ProjectionPart(group, i))
+            done.update(paths)
+    for path, (packed, bias) in quant.items():
+        if path not in done:
+            _set(model, path, QuantLinear(packed, bias))
+
+
+def _load_dense(model: nn.Module, path: str, target: nn.Module, dense: torch.Tensor, wt: TensorInfo,
+                bias: torch.Tensor | None, tname: str, report: LoadReport, say: Callable[[str], None]) -> None:
+    """A tensor kept in fp32: float types as they are, quantized types the kernel lacks dequantized."""
+    if wt.qtype not in (blocks.F32, blocks.F16, blocks.BF16):
+        say(f"GGUF tensor {wt.name}: type {tname} is not supported by the quantized kernel; loaded as fp32")
+        report.dequantized[tname] = report.dequantized.get(tname, 0) + 1
+    report.weight_bytes += dense.numel() * 4
+    if isinstance(target, nn.Linear):
+        lin = nn.Linear(target.in_features, target.out_features, bias=bias is not None, device="cpu")
+        lin.weight = nn.Parameter(dense.reshape(lin.weight.shape), requires_grad=False)
+        if bias is not None:
+            lin.bias = nn.Parameter(bias, requires_grad=False)
+        _set(model, path, lin)
+    elif isinstance(target, nn.Embedding):
+        emb = nn.Embedding(target.num_embeddings, target.embedding_dim, device="cpu")
+        emb.weight = nn.Parameter(dense.reshape(emb.weight.shape), requires_grad=False)
+        _set(model, path, emb)
+    else:  # a norm
+        weight = getattr(target, "weight", None)
+        if not isinstance(weight, torch.Tensor) or tuple(weight.shape) != tuple(dense.shape):
+            raise ModelError(f"GGUF tensor {wt.name} does not match {path} of the model")
+        target.weight = nn.Parameter(dense, requires_grad=False)
+
+
+def is_quantized(model: nn.Module) -> bool:
+    return any(isinstance(m, QuantLinear | QuantEmbedding) for m in model.modules())

@@ -1,0 +1,125 @@
+"""torch modules over the kernel's layout: a quantized Linear and a quantized Embedding.
+
+Both compute with the GGUF file's exact fp32 weight values (see ``blocks``); neither keeps an fp32 copy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from dspark_lsp.quant.blocks import Packed
+
+# Up to this many rows a product runs as batch-invariant dot products (decode and verify forwards);
+# above it, as tiles of expanded rows into a GEMM (prefill), which is faster for many rows but rounds
+# differently. Verify forwards are at most k_max + 1 + alternates (<= 12) rows wide.
+SMALL_M = 32
+
+
+def _tensors(p: Packed) -> dict[str, torch.Tensor]:
+    return {
+        # from_numpy shares the arrays' memory: the parsers made them fresh (never views of the file).
+        "codes": torch.from_numpy(np.ascontiguousarray(p.codes).reshape(-1)),
+        "scale": torch.from_numpy(np.ascontiguousarray(p.scale).reshape(p.n, -1)),
+        "off": torch.from_numpy(np.ascontiguousarray(p.off).reshape(-1)),
+    }
+
+
+class _QuantWeights(nn.Module):
+    def __init__(self, packed: Packed) -> None:
+        super().__init__()
+        self.kind = packed.kind
+        self.shift = packed.shift
+        self.source_type = packed.source_type
+        for name, t in _tensors(packed).items():
+            self.register_buffer(name, t, persistent=False)
+
+    def _args(self) -> tuple[object, ...]:
+        return (self.kind, self.codes, self.scale, self.off, self.shift)
+
+
+class QuantLinear(_QuantWeights):
+    """``y = x W^T + b`` with W held as quantized codes; fp32 in, fp32 out (any input dtype is cast)."""
+
+    def __init__(self, packed: Packed, bias: torch.Tensor | None = None, small_m: int = SMALL_M) -> None:
+        super().__init__(packed)
+        self.in_features = packed.k
+        self.out_features = packed.n
+        self.small_m = small_m
+        self.register_buffer("bias", None if bias is None else bias.detach().float().clone(), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        lead = x.shape[:-1]
+        flat = x.reshape(-1, self.in_features)
+        out = torch.ops.dspark_q.qmm(flat, *self._args(), self.small_m)
+        if self.bias is not None:
+            out = out + self.bias
+        return out.reshape(*lead, self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, codes={self.kind}-bit"
+
+
+class QuantEmbedding(_QuantWeights):
+    """An embedding table looked up straight from its quantized rows (exact fp32 row values)."""
+
+    def __init__(self, packed: Packed) -> None:
+        super().__init__(packed)
+        self.num_embeddings = packed.n
+        self.embedding_dim = packed.k
+        # transformers reads `.weight` of the input embeddings for its dtype and device; a 1-element
+        # stand-in answers those questions without holding the table in fp32.
+        self.register_buffer("weight", torch.zeros(1, packed.k), persistent=False)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        rows = torch.ops.dspark_q.qrows(ids.reshape(-1), *self._args(), self.embedding_dim)
+        return rows.reshape(*ids.shape, self.embedding_dim)
+
+
+class FusedProjections(nn.Module):
+    """Several projections of the same input (q/k/v, or gate/up) as one kernel call.
+
+    transformers calls ``q_proj(h)``, ``k_proj(h)``, ``v_proj(h)`` one after the other with the same
+    tensor: the first call computes all of them, the others take their columns from that result. A call
+    with any other input recomputes, so a different caller order is slower, never wrong.
+    """
+
+    def __init__(self, fused: QuantLinear, sizes: list[int]) -> None:
+        super().__init__()
+        self.fused = fused
+        self.bounds: list[tuple[int, int]] = []
+        start = 0
+        for s in sizes:
+            self.bounds.append((start, start + s))
+            start += s
+        self._input: torch.Tensor | None = None
+        self._output: torch.Tensor | None = None
+        self._served = 0
+
+    def part(self, index: int, x: torch.Tensor) -> torch.Tensor:
+        if self._input is not x or self._output is None:
+            self._input, self._output, self._served = x, self.fused(x), 0
+        lo, hi = self.bounds[index]
+        out = self._output[..., lo:hi]
+        self._served += 1
+        if self._served >= len(self.bounds):  # every part served: drop the references
+            self._input = self._output = None
+        return out
+
+
+class ProjectionPart(nn.Module):
+    """Stands where one projection's Linear stood; answers from its :class:`FusedProjections`."""
+
+    def __init__(self, group: FusedProjections, index: int) -> None:
+        super().__init__()
+        # Not a submodule (the group is registered once, on its first part's parent): a plain reference.
+        object.__setattr__(self, "_group", group)
+        self.index = index
+        lo, hi = group.bounds[index]
+        self.in_features = group.fused.in_features
+        self.out_features = hi - lo
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        group: FusedProjections = object.__getattribute__(self, "_group")
+        return group.part(self.index, x)
