@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dspark_lsp.errors import UserError
 
@@ -99,11 +99,23 @@ def cmd_complete(args: argparse.Namespace) -> int:
         s = result.stats
         if "tokens" in s:
             print(
-                f"[{s['tokens']} tokens in {s['seconds']:.2f} s, {s['target_forwards']} target forwards, "
-                f"{s['accepted_per_forward']:.2f} tokens/forward, draft={s['draft']}]",
+                f"[{s['tokens']} tokens in {s['seconds']:.2f} s ({_rate(s)}), {s['target_forwards']} target "
+                f"forwards, {s['accepted_per_forward']:.2f} tokens/forward, draft={s['draft']}, "
+                f"weights={s.get('weights', '?')}]",
                 file=sys.stderr,
             )
     return 0
+
+
+def _rate(stats: dict[str, Any]) -> str:
+    """'12.3 tok/s, decode 25.1 tok/s': end to end, and after the prefill (what the user waits per token)."""
+    total = float(stats.get("seconds") or 0.0)
+    tokens = int(stats.get("tokens") or 0)
+    decode = total - float(stats.get("t_prefill_ms") or 0.0) / 1000
+    out = f"{tokens / total:.1f} tok/s" if total > 0 else "- tok/s"
+    if decode > 0 and tokens > 1:
+        out += f", decode {(tokens - 1) / decode:.1f} tok/s"
+    return out
 
 
 def _progress_to_stderr(message: str, fraction: float | None) -> None:

@@ -246,6 +246,7 @@ class CompletionService:
         self._sched_state: OrderedDict[str, tuple[float, ...]] = OrderedDict()
         self._lock = threading.Lock()
         param = next(target.parameters())
+        self.weights = str(getattr(target, "dspark_weights", str(param.dtype).removeprefix("torch.")))
         # The scheduler needs this machine's verify-cost curve: measured here (1-2 s for the 0.5B on a
         # CPU; it also finds forward lengths worth padding to), or the published profile for the device
         # when calibration is off.
@@ -254,7 +255,7 @@ class CompletionService:
             plan = calibrate_forwards(target)
             self.verify_cost_ms, self.pad_to = plan.cost_ms, plan.pad_to
         else:
-            self.verify_cost_ms = cost_profile(str(param.device), str(param.dtype), packed=is_packed(target))
+            self.verify_cost_ms = cost_profile(str(param.device), self.weights, packed=is_packed(target))
 
     # ------------------------------------------------------------------------------------- loading
     @classmethod
@@ -406,6 +407,8 @@ class CompletionService:
             "t_verify_ms": round(st.t_verify * 1000, 2),
             "t_other_ms": round(st.t_other * 1000, 2),
             "draft": getattr(draft, "name", "none"),
+            # "gguf": the target computes from its GGUF's quantized blocks; else its torch dtype
+            "weights": self.weights,
         }
         result = CompletionResult(
             text=text,

@@ -6,10 +6,13 @@ import argparse
 
 METHODS = (
     "target_only",
+    "target_fp32",
     "hf_greedy",
     "hf_assisted_heuristic",
     "hf_assisted_constant",
     "hf_prompt_lookup",
+    "llamacpp_greedy",
+    "llamacpp_lookup",
     "fixed_k",
     "dspark",
     "dspark_chain",
@@ -21,14 +24,20 @@ METHODS = (
 
 
 # Our decode loop with the pair's draft: reported as skipped when the pair has none.
-DRAFT_METHODS = tuple(m for m in METHODS if m != "target_only" and not m.startswith("hf_"))
+DRAFT_METHODS = tuple(
+    m for m in METHODS if m not in ("target_only", "target_fp32") and not m.startswith(("hf_", "llamacpp_"))
+)
+# llama.cpp on the target's GGUF file (llama-cpp-python, an optional extra: skipped when missing).
+LLAMACPP_METHODS = ("llamacpp_greedy", "llamacpp_lookup")
 # Not run unless asked: the same draft with one part of DSpark switched off (`dspark_window_only`: the
 # n-gram lookup searches the prompt alone, not the document outside the prompt window).
 ABLATIONS = ("draft_ar_only", "draft_parallel_only", "dspark_chain", "dspark_window_only")
 
 
 def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("bench", help="benchmark DSpark against target-only and Hugging Face decoding")
+    p = sub.add_parser(
+        "bench", help="benchmark DSpark against target-only, Hugging Face and llama.cpp decoding"
+    )
     p.add_argument("--model", default="default", help="pair name / target model (default: the default pair)")
     p.add_argument("--draft", default=None, help="draft override: a trained draft name, an HF model, ngram")
     p.add_argument(
@@ -48,7 +57,11 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     p.add_argument("--fixed-k", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
-        "--dtype", default="auto", choices=["auto", "float32", "bfloat16"], help="target dtype (auto: as the server)"
+        "--dtype",
+        default="auto",
+        choices=["auto", "gguf", "float32", "bfloat16"],
+        help="target weights (auto: as the server; gguf: the GGUF file's quantized blocks, CPU; float32: them "
+        "dequantized)",
     )
     p.add_argument(
         "--pack", choices=["auto", "on", "off"], default="auto", help="pre-pack linear layers for the CPU (as the server)"
@@ -56,7 +69,12 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     p.add_argument(
         "--no-pad", action="store_true", help="never pad target forwards to a cheaper length (the server pads)"
     )
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
+    p.add_argument(
+        "--threads", type=int, default=0, help="torch threads (0 = torch default) and llama.cpp threads (0 = 2)"
+    )
+    p.add_argument(
+        "--lookup-tokens", type=int, default=10, help="draft length of llamacpp_lookup (as hf_prompt_lookup's)"
+    )
     p.add_argument("--json", dest="json_out", default=None, metavar="OUT", help="write results as JSON")
     p.add_argument("--forward-cost", action="store_true", help="also time target/draft forwards of n tokens")
     p.add_argument("--syntax", action="store_true", help="also report syntax classification cost per step")

@@ -4,6 +4,10 @@ All methods run on the same prompts in one process, prompt-major (for each promp
 turn) so slow drifts of a shared machine's load hit every method alike. Every method decodes greedily
 for exactly ``--max-new-tokens`` tokens or until EOS, with no syntax stop, so they all produce the same
 amount of text and tokens/s compares like with like.
+
+Peers: Hugging Face's ``generate`` (``hf_*``), llama.cpp on the target's GGUF file (``llamacpp_*``, through
+the optional llama-cpp-python), and ``target_fp32``, our target-only loop on the GGUF's weights dequantized
+to fp32: the reference every method's fidelity to the file's exact arithmetic is measured against.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from typing import Any
 
 import torch
 
+from dspark_lsp.bench.fidelity import fidelity
+from dspark_lsp.bench.llamacpp import LlamaCppRunner, llamacpp_missing
 from dspark_lsp.bench.prompts import BenchPrompt, corpus_prompts, find_humaneval_dir, humaneval_prompts
 from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
 from dspark_lsp.engine.costs import calibrate_forwards, measure_verify_cost, raw_monotone
@@ -51,6 +57,9 @@ class MethodResult:
     passed: int = 0
     pass_total: int = 0
     counts_forwards: bool = True
+    prefill_split: bool = True  # t_prefill measured (HF's generate does not split its prefill out)
+    engine: str = "dspark"  # "dspark" (our loop), "hf" or "llamacpp"
+    drafted: int = 0  # llamacpp_lookup: draft tokens sent to its verify forwards
     by_language: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def add_language(self, lang: str, tokens: int, seconds: float, forwards: int) -> None:
@@ -110,20 +119,21 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.lsp:
         return _run_lsp(args)
     from dspark_lsp.models.fim import detect_fim_tokens
-    from dspark_lsp.models.loader import load_causal_lm
+    from dspark_lsp.models.loader import gguf_source, load_causal_lm, resolve_model
     from dspark_lsp.models.packing import is_packed
     from dspark_lsp.models.registry import pair_for
     from dspark_lsp.service import ServiceConfig, load_draft_source
     from dspark_lsp.syntax import SyntaxDocument, detect_language
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    from dspark_lsp.bench.cli import DRAFT_METHODS, METHODS
+    from dspark_lsp.bench.cli import DRAFT_METHODS, LLAMACPP_METHODS, METHODS
 
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise UserError(f"unknown method(s) {', '.join(unknown)}; known: {', '.join(METHODS)}")
     if "target_only" not in methods:
         methods.insert(0, "target_only")
+    lcpp_missing = llamacpp_missing() if any(m in LLAMACPP_METHODS for m in methods) else None
 
     pair = pair_for(args.model, args.draft)
     log = _log
@@ -157,6 +167,20 @@ def run_bench(args: argparse.Namespace) -> int:
             assistant_name, device="cpu", dtype=args.dtype, cache_root=args.cache_dir, pack=args.pack
         )
 
+    # The fp32 reference: the target itself when it already is plain fp32, else a second model.
+    fp32_model: Any = None
+    fp32_skip: str | None = None
+    if "target_fp32" in methods:
+        if _is_plain_fp32(target):
+            fp32_model = target
+        else:
+            fp32_skip = _fp32_memory_shortfall(pair.target, args.cache_dir)
+            if fp32_skip is None:
+                log(f"loading the fp32 reference {pair.target} (dtype float32)")
+                fp32_model, _ = load_causal_lm(
+                    pair.target, device="cpu", dtype="float32", cache_root=args.cache_dir, pack=args.pack
+                )
+
     # Prompts.
     prompts: list[BenchPrompt] = []
     he_dir = find_humaneval_dir(args.humaneval)
@@ -186,6 +210,7 @@ def run_bench(args: argparse.Namespace) -> int:
         return lambda ids: bool(tracker.is_key_next(decode_text(ids)))
 
     decoder = SpeculativeDecoder(target)  # no prefix cache: every method prefills every prompt
+    fp32_decoder = SpeculativeDecoder(fp32_model) if fp32_model is not None else None
     # The same calibration the server does at load: this machine's verify-cost curve.
     plan = calibrate_forwards(target)
     raw_cost = plan.measured_ms
@@ -207,6 +232,38 @@ def run_bench(args: argparse.Namespace) -> int:
             r.skipped = "no Hugging Face assistant model (pass --assistant MODEL, e.g. for the 1.5B target)"
         if m.startswith("hf_"):
             r.counts_forwards = False
+            r.prefill_split = False
+            r.engine = "hf"
+        if m == "target_fp32" and fp32_skip:
+            r.skipped = fp32_skip
+        if m in LLAMACPP_METHODS:
+            r.engine = "llamacpp"
+            r.skipped = r.skipped or lcpp_missing
+    llama: dict[str, LlamaCppRunner] = {}
+    wanted = [m for m in methods if m in LLAMACPP_METHODS and not results[m].skipped]
+    if wanted:
+        gguf = gguf_source(pair.target, resolve_model(pair.target, args.cache_dir), args.cache_dir)
+        if gguf is None:
+            for m in wanted:
+                results[m].skipped = f"no GGUF file for {pair.target} (registry models keep it at `models prepare`)"
+        else:
+            # Room for the longest prompt, the budget and the last (capped) draft.
+            n_ctx = max(len(pp.ids) for pp in prepared) + args.max_new_tokens + args.lookup_tokens + 8
+            for m in wanted:
+                log(f"{m}: llama.cpp on {gguf.name}, n_ctx {n_ctx}, {args.threads or 2} threads")
+                try:
+                    runner = LlamaCppRunner(
+                        gguf, n_ctx=n_ctx, threads=args.threads or 2,
+                        lookup_tokens=args.lookup_tokens if m == "llamacpp_lookup" else None,
+                    )
+                    runner.warm_up(prepared[0].ids)
+                except Exception as exc:  # report, do not abort the whole benchmark
+                    results[m].skipped = f"llama.cpp failed on {gguf.name}: {exc}"
+                    continue
+                llama[m] = runner
+    if fp32_decoder is not None and not results["target_fp32"].skipped and fp32_model is not target:
+        # Untimed, as the calibration above warms the target: the first forwards of a model are slow.
+        fp32_decoder.generate(prepared[0].ids, config=DecodeConfig(max_new_tokens=2), draft=None, eos_ids=eos)
 
     log(f"{len(prepared)} prompts x {len(methods)} methods, max_new_tokens={args.max_new_tokens}")
     for i, pp in enumerate(prepared):
@@ -221,6 +278,13 @@ def run_bench(args: argparse.Namespace) -> int:
                 out = _hf_generate(target, pp.ids, args.max_new_tokens, eos)
             elif m == "hf_prompt_lookup":
                 out = _hf_generate(target, pp.ids, args.max_new_tokens, eos, prompt_lookup_num_tokens=10)
+            elif m in LLAMACPP_METHODS:
+                lr = llama[m].generate(pp.ids, args.max_new_tokens, eos)
+                out = lr.tokens
+                forwards = lr.forwards
+                r.t_prefill += lr.t_prefill
+                r.t_draft += lr.t_draft
+                r.drafted += lr.drafted
             elif m.startswith("hf_assisted"):
                 assert assistant is not None
                 schedule = "heuristic" if m.endswith("heuristic") else "constant"
@@ -234,8 +298,13 @@ def run_bench(args: argparse.Namespace) -> int:
                     pad_to=pad_to or None,
                 )
                 src: DraftSource | None = draft
+                dec = decoder
                 if m == "target_only":
                     src = None
+                elif m == "target_fp32":
+                    assert fp32_decoder is not None
+                    src, dec = None, fp32_decoder
+                    dcfg.pad_to = None  # the plain one-token loop: the padding plan is the target's
                 elif m == "fixed_k":
                     dcfg.scheduler = SchedulerConfig(fixed_k=args.fixed_k, tau=1e-6, tau_min=1e-6)
                     dcfg.draft_mode = "parallel" if isinstance(draft, NgramDraftSource) else "ar"
@@ -254,7 +323,7 @@ def run_bench(args: argparse.Namespace) -> int:
                         # As the server does: the lookup also searches the document outside the window
                         # (the ablation `dspark_window_only` searches the prompt alone, as HF's does).
                         lookup.extra_corpus = [] if m == "dspark_window_only" else pp.outside
-                res = decoder.generate(pp.ids, config=dcfg, draft=src, eos_ids=eos, is_key=key_fn(tracker))
+                res = dec.generate(pp.ids, config=dcfg, draft=src, eos_ids=eos, is_key=key_fn(tracker))
                 out = res.tokens
                 forwards = res.stats.target_forwards
                 r.draft_forwards += res.stats.draft_forwards
@@ -281,7 +350,7 @@ def run_bench(args: argparse.Namespace) -> int:
         done = results["target_only"]
         log(f"[{i + 1}/{len(prepared)}] {pp.prompt.id}: target_only {done.per_prompt_seconds[-1]:.1f}s")
 
-    dtype_name = str(next(target.parameters()).dtype).replace("torch.", "")
+    dtype_name = str(getattr(target, "dspark_weights", "") or next(target.parameters()).dtype).replace("torch.", "")
     report = _report(args, pair, assistant_name, prepared, results, verify_cost, dtype_name)
     report["settings"]["packed_linears"] = is_packed(target)
     report["settings"]["verify_cost_raw_ms"] = {str(k): v for k, v in raw_cost.items()}
@@ -377,6 +446,119 @@ def _syntax_costs() -> dict[str, Any]:
     return out
 
 
+def _is_plain_fp32(model: Any) -> bool:
+    """True for a model already running plain fp32 weights (not the quantized GGUF path)."""
+    if getattr(model, "dspark_weights", None) == "gguf":
+        return False
+    p = next(iter(model.parameters()), None)
+    return p is not None and p.dtype == torch.float32
+
+
+def _fp32_bytes(directory: Path) -> int | None:
+    """Bytes of a model directory's weights in fp32, from its safetensors headers (no tensor read)."""
+    files = sorted(directory.glob("*.safetensors"))
+    if not files:
+        return None
+    numel = 0
+    try:
+        for f in files:
+            with f.open("rb") as fh:
+                header = json.loads(fh.read(int.from_bytes(fh.read(8), "little")))
+            for name, t in header.items():
+                if name != "__metadata__":
+                    n = 1
+                    for d in t["shape"]:
+                        n *= int(d)
+                    numel += n
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return numel * 4
+
+
+def _mem_available() -> int | None:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _fp32_memory_shortfall(spec: str, cache_root: str | None) -> str | None:
+    """Why ``target_fp32`` is skipped for lack of memory, or None when its model fits (or we cannot tell)."""
+    from dspark_lsp.models.loader import resolve_model
+
+    source = resolve_model(spec, cache_root)
+    need = _fp32_bytes(source) if isinstance(source, Path) else None
+    avail = _mem_available()
+    if need is None or avail is None:
+        return None
+    need = int(need * 1.2) + (512 << 20)  # loading and packing copy some tensors; leave room for the rest
+    if avail >= need:
+        return None
+    return f"the fp32 reference needs ~{need / 2**30:.1f} GiB free, {avail / 2**30:.1f} GiB available"
+
+
+def _decode_tps(r: MethodResult) -> float | None:
+    """Tokens per second of the decode alone (after the prefill), for every method that times its prefill
+    (our loops, llama.cpp's; not HF's generate). All tokens over the time after the prefill, as before."""
+    if not r.prefill_split or r.seconds <= r.t_prefill:
+        return None
+    return r.tokens / (r.seconds - r.t_prefill)
+
+
+def _method_entry(r: MethodResult, base: MethodResult, reference: MethodResult | None,
+                  prompt_tokens: int) -> dict[str, Any]:
+    """One method's report: speed against ``base`` (target_only), prefill and decode apart, sameness to
+    ``base`` and fidelity to ``reference`` (target_fp32; None when it did not run)."""
+    if r.skipped:
+        return {"skipped": r.skipped}
+    base_tps = base.tokens / base.seconds if base.seconds else 0.0
+    base_dec = _decode_tps(base)
+    tps = r.tokens / r.seconds if r.seconds else 0.0
+    dt = _decode_tps(r)
+    ours = r.engine == "dspark"
+    return {
+        "engine": r.engine,
+        "tokens_per_s": round(tps, 3),
+        "speedup": round(tps / base_tps, 3) if base_tps else None,
+        "prefill_s": round(r.t_prefill, 3) if r.prefill_split else None,
+        "prefill_tokens_per_s": round(prompt_tokens / r.t_prefill, 1) if r.prefill_split and r.t_prefill else None,
+        "decode_tokens_per_s": None if dt is None else round(dt, 3),
+        "decode_speedup": round(dt / base_dec, 3) if dt is not None and base_dec else None,
+        "mean_accepted": round(r.tokens / r.target_forwards, 3) if r.counts_forwards and r.target_forwards else None,
+        "identical": all(a == b for a, b in zip(r.outputs, base.outputs, strict=True)),
+        "identical_prompts": sum(a == b for a, b in zip(r.outputs, base.outputs, strict=True)),
+        "vs_fp32": fidelity(r.outputs, reference.outputs) if reference is not None else None,
+        "tokens": r.tokens,
+        "seconds": round(r.seconds, 3),
+        "target_forwards": r.target_forwards if r.counts_forwards else None,
+        "draft_forwards": r.draft_forwards if ours else None,
+        "drafted_tokens": r.drafted if r.engine == "llamacpp" else None,
+        "alternates": {"proposed": r.alt_proposed, "accepted": r.alt_accepted} if ours else None,
+        "time_split_s": {
+            "prefill": round(r.t_prefill, 3),
+            "draft": round(r.t_draft, 3),
+            # llama.cpp's decode time is not split into its forwards and the rest
+            "verify": round(r.t_verify, 3) if ours else None,
+        }
+        if r.prefill_split
+        else None,
+        "pass_at_1": round(r.passed / r.pass_total, 4) if r.pass_total else None,
+        "by_language": {
+            lang: {
+                "tokens_per_s": round(d["tokens"] / d["seconds"], 3) if d["seconds"] else 0.0,
+                "mean_accepted": round(d["tokens"] / d["target_forwards"], 3)
+                if r.counts_forwards and d["target_forwards"]
+                else None,
+            }
+            for lang, d in r.by_language.items()
+        },
+    }
+
+
 def _report(
     args: argparse.Namespace,
     pair: Any,
@@ -387,53 +569,10 @@ def _report(
     dtype_name: str,
 ) -> dict[str, Any]:
     base = results["target_only"]
-    base_tps = base.tokens / base.seconds if base.seconds else 0.0
-
-    def decode_tps(r: MethodResult) -> float | None:
-        # Our loops time their prefill separately: tokens per second of the decode rounds alone (the
-        # prefill is the same code for every such method; HF's generate does not split it out).
-        if not r.counts_forwards or r.seconds <= r.t_prefill:
-            return None
-        return r.tokens / (r.seconds - r.t_prefill)
-
-    base_dec = decode_tps(base)
-    methods: dict[str, Any] = {}
-    for name, r in results.items():
-        if r.skipped:
-            methods[name] = {"skipped": r.skipped}
-            continue
-        tps = r.tokens / r.seconds if r.seconds else 0.0
-        identical = all(a == b for a, b in zip(r.outputs, base.outputs, strict=True))
-        n_same = sum(a == b for a, b in zip(r.outputs, base.outputs, strict=True))
-        methods[name] = {
-            "tokens_per_s": round(tps, 3),
-            "speedup": round(tps / base_tps, 3) if base_tps else None,
-            "decode_tokens_per_s": None if (dt := decode_tps(r)) is None else round(dt, 3),
-            "decode_speedup": round(dt / base_dec, 3) if dt is not None and base_dec else None,
-            "mean_accepted": round(r.tokens / r.target_forwards, 3) if r.counts_forwards and r.target_forwards else None,
-            "identical": identical,
-            "identical_prompts": n_same,
-            "tokens": r.tokens,
-            "seconds": round(r.seconds, 3),
-            "target_forwards": r.target_forwards if r.counts_forwards else None,
-            "draft_forwards": r.draft_forwards if r.counts_forwards else None,
-            "alternates": {"proposed": r.alt_proposed, "accepted": r.alt_accepted} if r.counts_forwards else None,
-            "time_split_s": {
-                "prefill": round(r.t_prefill, 3),
-                "draft": round(r.t_draft, 3),
-                "verify": round(r.t_verify, 3),
-            }
-            if r.counts_forwards
-            else None,
-            "pass_at_1": round(r.passed / r.pass_total, 4) if r.pass_total else None,
-            "by_language": {
-                lang: {
-                    "tokens_per_s": round(d["tokens"] / d["seconds"], 3) if d["seconds"] else 0.0,
-                    "mean_accepted": round(d["tokens"] / d["target_forwards"], 3) if d["target_forwards"] else None,
-                }
-                for lang, d in r.by_language.items()
-            },
-        }
+    ref = results.get("target_fp32")
+    reference = ref if ref is not None and not ref.skipped else None
+    prompt_tokens = sum(len(p.ids) for p in prepared)
+    methods = {name: _method_entry(r, base, reference, prompt_tokens) for name, r in results.items()}
     return {
         "model": {"target": pair.target, "draft": pair.draft or pair.draft_kind, "assistant": assistant_name},
         "settings": {
@@ -442,7 +581,9 @@ def _report(
             "limit": args.limit,
             "seed": args.seed,
             "fixed_k": args.fixed_k,
+            "lookup_tokens": args.lookup_tokens,
             "threads": torch.get_num_threads(),
+            "llamacpp_threads": args.threads or 2,
             "dtype": dtype_name,
             "cpu_native_bf16": cpu_has_native_bf16(),
             "verify_cost_ms": {str(k): v for k, v in verify_cost.items()},
@@ -452,25 +593,45 @@ def _report(
     }
 
 
+TABLE_HEADER = (
+    f"{'method':24} {'tok/s':>8} {'speedup':>8} {'prefill s':>9} {'dec tok/s':>9} {'decode x':>8} {'acc/fwd':>8} "
+    f"{'identical':>10} {'=fp32':>6} {'div mean/min':>12} {'pass@1':>7} {'draft s':>8} {'verify s':>9}"
+)
+
+
+def _table_row(name: str, r: dict[str, Any]) -> str:
+    """One method's line of the table: "n/a" where a method cannot measure a figure (HF's generate has
+    no prefill split), "-" where it has none (no fp32 reference ran, no forward count, no test)."""
+    if "skipped" in r:
+        return f"{name:24} skipped: {r['skipped']}"
+
+    def num(v: float | None, fmt: str, missing: str = "-") -> str:
+        return missing if v is None else format(v, fmt)
+
+    split = r.get("time_split_s") or {}
+    na = "n/a" if r.get("prefill_s") is None else "-"
+    fid = r.get("vs_fp32")
+    same = "-" if fid is None or fid["identical_share"] is None else f"{fid['identical_share']:.2f}"
+    div = "-" if fid is None or fid["mean_first_divergence"] is None else (
+        f"{fid['mean_first_divergence']:.1f}/{fid['min_first_divergence']}")
+    return (
+        f"{name:24} {r['tokens_per_s']:8.2f} {num(r['speedup'], '.2f'):>8} {num(r.get('prefill_s'), '.2f', na):>9} "
+        f"{num(r.get('decode_tokens_per_s'), '.2f', na):>9} {num(r.get('decode_speedup'), '.2f', na):>8} "
+        f"{num(r['mean_accepted'], '.2f'):>8} {str(r['identical']):>10} {same:>6} {div:>12} "
+        f"{num(r['pass_at_1'], '.2f'):>7} {num(split.get('draft'), '.2f'):>8} {num(split.get('verify'), '.2f'):>9}"
+    )
+
+
 def _print_table(report: dict[str, Any]) -> None:
     m = report["model"]
-    print(f"target={m['target']} draft={m['draft']} assistant={m['assistant']} prompts={len(report['prompts'])}")
-    header = (f"{'method':24} {'tok/s':>8} {'speedup':>8} {'decode x':>8} {'acc/fwd':>8} {'identical':>10} "
-              f"{'pass@1':>7} {'draft s':>8} {'verify s':>9}")
-    print(header)
-    print("-" * len(header))
+    print(f"target={m['target']} draft={m['draft']} assistant={m['assistant']} prompts={len(report['prompts'])} "
+          f"weights={report['settings']['dtype']}")
+    print(TABLE_HEADER)
+    print("-" * len(TABLE_HEADER))
     for name, r in report["methods"].items():
-        if "skipped" in r:
-            print(f"{name:24} skipped: {r['skipped']}")
-            continue
-        split = r["time_split_s"] or {}
-        acc = "-" if r["mean_accepted"] is None else f"{r['mean_accepted']:.2f}"
-        p1 = "-" if r["pass_at_1"] is None else f"{r['pass_at_1']:.2f}"
-        dec = "-" if r.get("decode_speedup") is None else f"{r['decode_speedup']:.2f}"
-        print(
-            f"{name:24} {r['tokens_per_s']:8.2f} {r['speedup']:8.2f} {dec:>8} {acc:>8} {str(r['identical']):>10} {p1:>7} "
-            f"{split.get('draft', 0):8.2f} {split.get('verify', 0):9.2f}"
-        )
+        print(_table_row(name, r))
+    print("prefill s: all prompts' prefill; dec tok/s: tokens over the time after it; =fp32: share of prompts "
+          "identical to target_fp32; div mean/min: first differing token vs target_fp32 (identical = full length)")
     if "syntax_step_cost" in report:
         print("syntax classification cost per decode step (2,000-line file):")
         for lang, d in report["syntax_step_cost"].items():

@@ -16,6 +16,9 @@ COST_CPU_BF16: dict[int, float] = {1: 120.0, 2: 125.0, 4: 141.0, 6: 167.0, 8: 18
 # Measured on our CI CPU with the linear layers pre-packed (models.packing): flat up to 8 tokens.
 COST_CPU_FP32_PACKED: dict[int, float] = {1: 113.0, 2: 116.0, 4: 112.0, 8: 116.0, 16: 150.0}
 COST_GPU: dict[int, float] = {1: 1.0, 4: 1.02, 8: 1.05}
+# The quantized GGUF target (dspark_lsp.quant) on a 2-core AVX2 CPU, context 256: the weights stream once
+# per forward, but each row of x costs its fp32 multiply-adds, so the curve rises with n.
+COST_CPU_GGUF: dict[int, float] = {1: 47.0, 2: 55.0, 3: 66.0, 4: 89.0, 6: 108.0, 8: 133.0}
 # Forward lengths the load-time calibration times: every draft length the scheduler may ask for (k <= 5
 # by default, so up to 6 tokens) and 8, so the padding plan can see which shapes are cheap.
 CALIBRATION_SIZES: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8)
@@ -37,6 +40,8 @@ def interpolate_cost(table: dict[int, float], n: int) -> float:
 def cost_profile(device: str, dtype_name: str, packed: bool = False) -> dict[int, float]:
     if device.startswith("cuda") or device == "mps":
         return dict(COST_GPU)
+    if dtype_name == "gguf":
+        return dict(COST_CPU_GGUF)
     if "bfloat16" in dtype_name or "float16" in dtype_name:
         return dict(COST_CPU_BF16)
     return dict(COST_CPU_FP32_PACKED if packed else COST_CPU_FP32)

@@ -14,12 +14,74 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
+try:  # transformers >= 4.56 keeps one layer object per decoder layer
+    from transformers.cache_utils import DynamicLayer
+except ImportError:  # pragma: no cover - older releases: plain DynamicCache only
+    DynamicLayer = None  # type: ignore[misc,assignment]
+
+
+if DynamicLayer is not None:
+
+    class PreallocatedLayer(DynamicLayer):
+        """A KV cache layer that writes into a buffer grown by doubling, instead of concatenating.
+
+        DynamicLayer concatenates every forward's keys onto the whole cache (a copy of the cache per
+        layer per token) and crops by slicing; here a forward writes its rows in place at the current
+        length, and rollback after a rejected draft only moves the length back. ``keys``/``values`` are
+        always views of the first ``length`` positions, so everything reading them sees what it saw.
+        """
+
+        def __init__(self) -> None:
+            super().__init__()
+            self._k: torch.Tensor | None = None
+            self._v: torch.Tensor | None = None
+            self._len = 0
+
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            n = key_states.shape[-2]
+            need = self._len + n
+            if self._k is None or need > self._k.shape[-2]:
+                cap = max(256, need, 2 * (0 if self._k is None else self._k.shape[-2]))
+                k = key_states.new_empty((*key_states.shape[:-2], cap, key_states.shape[-1]))
+                v = value_states.new_empty((*value_states.shape[:-2], cap, value_states.shape[-1]))
+                if self._k is not None and self._v is not None and self._len:
+                    k[..., : self._len, :] = self._k[..., : self._len, :]
+                    v[..., : self._len, :] = self._v[..., : self._len, :]
+                self._k, self._v = k, v
+            assert self._v is not None
+            self._k[..., self._len : need, :] = key_states
+            self._v[..., self._len : need, :] = value_states
+            self._len = need
+            self.keys = self._k[..., :need, :]
+            self.values = self._v[..., :need, :]
+            return self.keys, self.values
+
+        def crop(self, tokens_to_remove: int) -> None:
+            if tokens_to_remove > 0:  # as DynamicLayer: only a negative count (tokens to remove) is defined
+                raise ValueError("crop takes a negative count of tokens to remove")
+            if tokens_to_remove == 0 or not self.is_initialized or self._k is None or self._v is None:
+                return
+            self._len = max(0, self._len + tokens_to_remove)
+            self.keys = self._k[..., : self._len, :]
+            self.values = self._v[..., : self._len, :]
+
+        def get_seq_length(self) -> int:
+            return self._len if self._k is not None else 0
+
 
 def new_cache(model: Any) -> DynamicCache:
     try:
-        return DynamicCache(config=model.config)
+        cache = DynamicCache(config=model.config)
     except (TypeError, AttributeError):  # older releases take no config; stand-in models have none
         return DynamicCache()
+    layers = getattr(cache, "layers", None)
+    # Full-attention layers only (a sliding-window layer keeps its own rules).
+    if DynamicLayer is not None and layers and all(type(layer) is DynamicLayer for layer in layers):
+        cache.layers = [PreallocatedLayer() for _ in layers]
+    return cache
 
 
 def cache_len(cache: DynamicCache | None) -> int:
