@@ -211,7 +211,7 @@ def _load_quantized(
         tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
     except Exception as exc:
         raise ModelError(f"could not load model {spec!r} from {source}: {_first_line(exc)}") from exc
-    model, report = build_quantized_model(gguf, config, log=log.info)
+    model, report = build_quantized_model(gguf, config, log=log.warning)
     log.info("model %s: %s from %s", spec, report.summary(), gguf.name)
     pack_linears(model, "off" if pack == "off" else "auto")  # tensors the kernel lacks, kept in fp32
     setattr(model, "dspark_weights", "gguf")  # noqa: B010 (read by cost profiles and stats)

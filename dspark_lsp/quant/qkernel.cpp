@@ -190,18 +190,28 @@ inline void row_dots_factored(const Mat& m, int64_t n, const float* x, int64_t K
   }
 }
 
+// Weight rows in blocks of NBLOCK, the rows of x in passes of 4 inside a block: a pass's 4 rows of x stay
+// in L1 while the block's codes (<= 64 x 4864 bytes) stay in L2, so a long prompt does not stream x from
+// memory once per weight row. The order changes nothing in any single output's arithmetic.
+constexpr int64_t NBLOCK = 64;
+
 template <bool NIB, bool OFF, bool TWO>
 void small_product_t(const Mat& m, const float* xp, int64_t M, int64_t K, int64_t n0, int64_t n1, int64_t N,
                      float* op, const float* xsum) {
-  for (int64_t n = n0; n < n1; ++n) {
+  const int64_t G = m.G;
+  for (int64_t b0 = n0; b0 < n1; b0 += NBLOCK) {
+    const int64_t b1 = std::min(n1, b0 + NBLOCK);
     int64_t r = 0;
     for (; r + 4 <= M; r += 4)
-      row_dots_factored<NIB, OFF, TWO, 4>(m, n, xp + r * K, K, xsum + r * m.G * 8, op + r * N, N);
-    const float* xs = xsum + r * m.G * 8;
+      for (int64_t n = b0; n < b1; ++n)
+        row_dots_factored<NIB, OFF, TWO, 4>(m, n, xp + r * K, K, xsum + r * G * 8, op + r * N, N);
+    const float* xs = xsum + r * G * 8;
+    const float* xr = xp + r * K;
+    float* orow = op + r * N;
     switch (M - r) {
-      case 3: row_dots_factored<NIB, OFF, TWO, 3>(m, n, xp + r * K, K, xs, op + r * N, N); break;
-      case 2: row_dots_factored<NIB, OFF, TWO, 2>(m, n, xp + r * K, K, xs, op + r * N, N); break;
-      case 1: row_dots_factored<NIB, OFF, TWO, 1>(m, n, xp + r * K, K, xs, op + r * N, N); break;
+      case 3: for (int64_t n = b0; n < b1; ++n) row_dots_factored<NIB, OFF, TWO, 3>(m, n, xr, K, xs, orow, N); break;
+      case 2: for (int64_t n = b0; n < b1; ++n) row_dots_factored<NIB, OFF, TWO, 2>(m, n, xr, K, xs, orow, N); break;
+      case 1: for (int64_t n = b0; n < b1; ++n) row_dots_factored<NIB, OFF, TWO, 1>(m, n, xr, K, xs, orow, N); break;
       default: break;
     }
   }
