@@ -86,7 +86,15 @@ def pack_linears(model: nn.Module, mode: str = "auto", batch_hint: int = BATCH_H
         for parent in list(model.modules()):
             for name, child in list(parent.named_children()):
                 if isinstance(child, nn.Linear):
-                    setattr(parent, name, PackedLinear(child, batch_hint))
+                    try:
+                        packed = PackedLinear(child, batch_hint)
+                    except RuntimeError as exc:
+                        # oneDNN refuses some dtypes on some CPUs (bf16 reorder needs AVX512-BW/VL/DQ or
+                        # AVX-NE-CONVERT; seen on an AVX2-only EPYC): leave the model as it is.
+                        if mode == "on" or replaced:
+                            raise ValueError(f"cannot pack weights: {str(exc).splitlines()[0]}") from None
+                        return 0
+                    setattr(parent, name, packed)
                     replaced += 1
     return replaced
 
