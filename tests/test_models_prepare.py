@@ -112,8 +112,8 @@ def test_prepare_joins_verifies_converts_and_writes_manifest(env: tuple[Path, Fa
     assert manifest.source_sha256 == hashlib.sha256(BLOB).hexdigest()
     assert manifest.files == {"config.json": 22, "model.safetensors": len(BLOB)}
     assert cache.is_ready(out, NAME, manifest.source_sha256)
-    # The joined GGUF is deleted unless asked to keep it; no temp dirs or partial files remain.
-    assert leftovers(root) == ["gguf", "models", f"models/{NAME}", f"models/{NAME}/config.json",
+    # The joined GGUF is kept (the CPU's quantized path loads it); no temp dirs or partial files remain.
+    assert leftovers(root) == ["gguf", "gguf/fake.gguf", "models", f"models/{NAME}", f"models/{NAME}/config.json",
                                f"models/{NAME}/dspark-model.json", f"models/{NAME}/model.safetensors"]
 
 
@@ -125,7 +125,9 @@ def test_second_run_is_a_noop(env: tuple[Path, FakeInstaller], capsys: pytest.Ca
     again = prepare_model(NAME, root, progress=False, installer=installer, converter=conv, log=lambda m: None)
     assert again == root / "models" / NAME
     assert conv.calls == 1 and len(installer.calls) == 3
-    # The CLI says so, on stdout, and exits 0 without touching anything.
+    # The CLI says so, on stdout, and exits 0 without touching anything (the kernel build, skipped here,
+    # reports on stderr).
+    monkeypatch.setenv("DSPARK_NO_QKERNEL", "1")
     monkeypatch.setattr(cli, "prepare_model", lambda *a, **k: pytest.fail("prepare_model called"))
     assert cli.main(["prepare", NAME, "--cache-dir", str(root), "--no-progress"]) == 0
     assert capsys.readouterr().out.strip() == f"{NAME} is already prepared at {root / 'models' / NAME}"
@@ -140,9 +142,29 @@ def test_installed_parts_are_not_reinstalled_and_kept_gguf_is_reused(env: tuple[
     # Drop the prepared dir: the next run reuses the verified GGUF without installing anything.
     cache.model_dir(root, NAME).joinpath(cache.MANIFEST_NAME).unlink()
     fresh = FakeInstaller(installer.site)
-    prepare_model(NAME, root, progress=False, installer=fresh, converter=CopyConverter(), log=lambda m: None)
+    prepare_model(NAME, root, progress=False, installer=fresh, converter=CopyConverter(), keep_gguf=False,
+                  log=lambda m: None)
     assert fresh.calls == []
-    assert not kept.exists()  # not kept this time
+    assert not kept.exists()  # not kept when asked not to
+
+
+def test_a_prepared_model_without_its_gguf_gets_it_joined_again(env: tuple[Path, FakeInstaller]) -> None:
+    """Caches prepared before the quantized path (GGUF deleted): the next prepare joins it from the
+    installed parts and does not convert again."""
+    root, installer = env
+    conv = CopyConverter()
+    prepare_model(NAME, root, progress=False, installer=installer, converter=conv, keep_gguf=False,
+                  log=lambda m: None)
+    kept = root / "gguf" / "fake.gguf"
+    assert not kept.exists()
+    said: list[str] = []
+    out = prepare_model(NAME, root, progress=False, installer=installer, converter=conv, log=said.append)
+    assert out == root / "models" / NAME and kept.read_bytes() == BLOB
+    assert conv.calls == 1  # no second conversion
+    assert any("joining it again" in m for m in said)
+    assert cache.kept_gguf(root, "fake.gguf", len(BLOB)) == kept
+    kept.write_bytes(BLOB[:10])  # cut short: never offered to the loader
+    assert cache.kept_gguf(root, "fake.gguf", len(BLOB)) is None
 
 
 def test_checksum_mismatch_leaves_nothing(env: tuple[Path, FakeInstaller], monkeypatch: pytest.MonkeyPatch) -> None:

@@ -64,7 +64,7 @@ def _build_kernel(root: Path) -> None:
 
     try:
         load_kernel(root)
-        print("quantized CPU kernel ready")
+        print("quantized CPU kernel ready", file=sys.stderr)
     except KernelUnavailable as exc:
         print(f"note: the quantized CPU kernel is unavailable ({exc}); the CPU will use fp32 weights", file=sys.stderr)
 

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from dspark_lsp.errors import ModelError
+from dspark_lsp.models.rowwise_attention import use_rowwise_attention
 from dspark_lsp.quant import blocks
 from dspark_lsp.quant.gguf_file import GGUFError, GGUFFile, TensorInfo, open_gguf
 from dspark_lsp.quant.linear import FusedProjections, ProjectionPart, QuantEmbedding, QuantLinear
@@ -181,6 +182,8 @@ def build_quantized_model(
         raise ModelError(f"GGUF file lacks tensors the model needs: {', '.join(left[:4])}")
     model.eval()
     model.requires_grad_(False)
+    # The quantized layers are batch invariant; with row-wise attention so is the whole forward.
+    use_rowwise_attention(model)
     return model, report
 
 
@@ -223,6 +226,13 @@ def _place_linears(model: nn.Module, quant: dict[str, tuple[blocks.Packed, torch
 def _load_dense(model: nn.Module, path: str, target: nn.Module, dense: torch.Tensor, wt: TensorInfo,
                 bias: torch.Tensor | None, tname: str, report: LoadReport, say: Callable[[str], None]) -> None:
     """A tensor kept in fp32: float types as they are, quantized types the kernel lacks dequantized."""
+    expected = tuple(getattr(target, "weight").shape) if hasattr(target, "weight") else None
+    if isinstance(target, nn.Linear):
+        expected = (target.out_features, target.in_features)
+    elif isinstance(target, nn.Embedding):
+        expected = (target.num_embeddings, target.embedding_dim)
+    if expected is not None and tuple(dense.shape) != expected:
+        raise ModelError(f"GGUF tensor {wt.name} is {list(dense.shape)}, the model expects {list(expected)}")
     if wt.qtype not in (blocks.F32, blocks.F16, blocks.BF16):
         say(f"GGUF tensor {wt.name}: type {tname} is not supported by the quantized kernel; loaded as fp32")
         report.dequantized[tname] = report.dequantized.get(tname, 0) + 1

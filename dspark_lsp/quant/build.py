@@ -99,13 +99,13 @@ def load_kernel(cache_root: str | os.PathLike[str] | None = None,
                 log: Callable[[str], None] | None = None) -> Path:
     """Build (when needed) and load the kernel; returns the library path. Raises KernelUnavailable."""
     global _loaded, _failure
+    if os.environ.get(ENV_DISABLE, "").strip() not in ("", "0"):  # checked every call, never cached
+        raise KernelUnavailable(f"disabled by {ENV_DISABLE}")
     with _guard:
         if _loaded is not None:
             return _loaded
         if _failure is not None:
             raise KernelUnavailable(_failure)
-        if os.environ.get(ENV_DISABLE, "").strip() not in ("", "0"):
-            raise KernelUnavailable(f"disabled by {ENV_DISABLE}")
         import torch
 
         say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))

@@ -73,7 +73,9 @@ class GGUFFile:
 
 
 def _tensor_nbytes(shape: tuple[int, ...], qtype: int) -> int:
-    count = int(np.prod(shape)) if shape else 1
+    count = 1
+    for d in shape:  # Python ints: a corrupt shape cannot wrap around as numpy's int64 product would
+        count *= d
     if qtype in _FLOAT_SIZES:
         return count * _FLOAT_SIZES[qtype]
     if qtype in BLOCK:
@@ -109,16 +111,22 @@ class _Reader:
             raise GGUFError("corrupt string length in the header")
         return self.take(n).decode("utf-8", "replace")
 
+    def _skip(self, n: int) -> None:
+        if n < 0 or self.fh.tell() + n > self.size:
+            raise GGUFError("metadata runs past the end of the file (truncated or corrupt?)")
+        self.fh.seek(n, os.SEEK_CUR)
+
     def skip_value(self, vtype: int) -> None:
         if vtype in _FIXED:
-            self.fh.seek(_FIXED[vtype], os.SEEK_CUR)
+            self._skip(_FIXED[vtype])
         elif vtype == _STR:
-            n = int(self.num(_U64))  # type: ignore[call-overload]
-            self.fh.seek(n, os.SEEK_CUR)
+            self._skip(int(self.num(_U64)))  # type: ignore[call-overload]
         elif vtype == _ARR:
             etype, count = int(self.num(_U32)), int(self.num(_U64))  # type: ignore[call-overload]
             if etype in _FIXED:
-                self.fh.seek(_FIXED[etype] * count, os.SEEK_CUR)
+                self._skip(_FIXED[etype] * count)
+            elif count > self.size:
+                raise GGUFError("corrupt array length in the metadata")
             else:
                 for _ in range(count):
                     self.skip_value(etype)
@@ -166,10 +174,14 @@ def open_gguf(path: str | os.PathLike[str]) -> GGUFFile:
             qtype, rel = int(r.num(_U32)), int(r.num(_U64))  # type: ignore[call-overload]
             infos.append((name, shape, qtype, rel))
         align = int(out.metadata.get("general.alignment", 32))  # type: ignore[call-overload]
+        if align <= 0 or align > 1 << 20:
+            raise GGUFError(f"{p}: corrupt header (general.alignment {align})")
         start = -(-fh.tell() // align) * align
     for name, shape, qtype, rel in infos:
         nbytes = _tensor_nbytes(shape, qtype)
         info = TensorInfo(name, shape, qtype, start + rel, nbytes)
+        if nbytes <= 0 or any(d <= 0 for d in shape):
+            raise GGUFError(f"{p}: corrupt tensor entry {name!r} (shape {list(shape)})")
         if info.offset + nbytes > size:
             raise GGUFError(f"{p} is truncated: tensor {name} ends at byte {info.offset + nbytes}, the file has {size}")
         out.tensors[name] = info

@@ -94,18 +94,30 @@ class FusedProjections(nn.Module):
             self.bounds.append((start, start + s))
             start += s
         self._input: torch.Tensor | None = None
+        self._version = -1
         self._output: torch.Tensor | None = None
         self._served = 0
 
     def part(self, index: int, x: torch.Tensor) -> torch.Tensor:
-        if self._input is not x or self._output is None:
+        # Same tensor object AND no in-place change since (torch's version counter; inference-mode tensors
+        # have none, and transformers never edits the projections' input in place), or compute again.
+        version = _version(x)
+        if self._input is not x or self._output is None or version != self._version:
             self._input, self._output, self._served = x, self.fused(x), 0
+            self._version = version
         lo, hi = self.bounds[index]
         out = self._output[..., lo:hi]
         self._served += 1
         if self._served >= len(self.bounds):  # every part served: drop the references
             self._input = self._output = None
         return out
+
+
+def _version(x: torch.Tensor) -> int:
+    try:
+        return int(x._version)
+    except RuntimeError:  # "Inference tensors do not track version counter"
+        return -2
 
 
 class ProjectionPart(nn.Module):
