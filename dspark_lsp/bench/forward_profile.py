@@ -1,7 +1,7 @@
 """Where one target forward's time goes: `python -m dspark_lsp.bench.forward_profile [--model M]`.
 
-Runs forwards of n tokens on a KV cache of ``--context`` tokens (as a decode / verify step does) under the
-torch profiler and splits the wall time into: the quantized (or fp32) matmuls, attention, KV-cache
+Times forwards of n tokens on a KV cache of ``--context`` tokens (as a decode / verify step does), plain
+and then under the torch profiler, which splits the (profiled, so inflated) wall time into: the quantized (or fp32) matmuls, attention, KV-cache
 writes, the rest of the ops (norms, rotary, activations, copies), and what no op accounts for — Python and
 dispatch overhead of the model code. Medians over ``--repeats`` forwards.
 """
@@ -44,6 +44,12 @@ def profile_forward(model: Any, n: int, context: int = 256, repeats: int = 7) ->
     forward(model, ids[:context], cache, keep=1)
     forward(model, ids[context : context + n], cache)  # warm this shape once
     crop(cache, context)
+    plain: list[float] = []
+    for _ in range(repeats):  # wall time without the profiler, whose per-op cost inflates its own wall
+        t0 = time.perf_counter()
+        forward(model, ids[context : context + n], cache)
+        plain.append((time.perf_counter() - t0) * 1000)
+        crop(cache, context)
     rows: list[dict[str, float]] = []
     for _ in range(repeats):
         with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -57,7 +63,9 @@ def profile_forward(model: Any, n: int, context: int = 256, repeats: int = 7) ->
                 out[_bucket(evt.key)] += evt.self_cpu_time_total / 1000
         out["overhead"] = max(0.0, wall - sum(out[k] for k in ("matmul", "attention", "kv_cache", "other_ops")))
         rows.append(out)
-    return {k: round(statistics.median(r[k] for r in rows), 2) for k in rows[0]}
+    out = {k: round(statistics.median(r[k] for r in rows), 2) for k in rows[0]}
+    out["plain_wall"] = round(statistics.median(plain), 2)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,11 +87,11 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     print(f"model={args.model} weights={weights} context={args.context} (ms, median of {args.repeats}; "
           f"profiler on, so wall is a little above a plain forward)")
-    print(f"{'n':>3} {'wall':>8} {'matmul':>8} {'attn':>8} {'kv':>8} {'ops':>8} {'overhead':>9}")
+    print(f"{'n':>3} {'plain':>8} | profiled: {'wall':>8} {'matmul':>8} {'attn':>8} {'kv':>8} {'ops':>8} {'overhead':>9}")
     for n in (int(x) for x in args.sizes.split(",")):
         r = profile_forward(model, n, args.context, args.repeats)
         results[n] = r
-        print(f"{n:>3} {r['wall']:>8.1f} {r['matmul']:>8.1f} {r['attention']:>8.1f} {r['kv_cache']:>8.1f} "
+        print(f"{n:>3} {r['plain_wall']:>8.1f} |           {r['wall']:>8.1f} {r['matmul']:>8.1f} {r['attention']:>8.1f} {r['kv_cache']:>8.1f} "
               f"{r['other_ops']:>8.1f} {r['overhead']:>9.1f}", flush=True)
     if args.json_out:
         with open(args.json_out, "w", encoding="utf-8") as fh:
