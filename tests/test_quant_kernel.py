@@ -201,7 +201,7 @@ def test_fused_projection_parts_equal_separate_linears(types: tuple[T, ...]) -> 
     # transformers' order: every part with the same tensor
     for part, lin in zip(fused, separate, strict=True):
         assert torch.equal(part(h), lin(h))
-    assert group._input is None and group._output is None  # all parts served: nothing held
+    assert group._memo["input"] is None and group._memo["output"] is None  # all parts served: nothing held
     # Any other order, repeated parts, and a different tensor in between: still each part's own result.
     h2 = torch.randn(3, 256, generator=gen)
     h3 = h2.clone()  # equal values, another tensor
