@@ -192,6 +192,9 @@ def build_quantized_model(
 _FUSE = (("self_attn", ("q_proj", "k_proj", "v_proj")), ("mlp", ("gate_proj", "up_proj")))
 
 
+_EMPTY = blocks.Packed(8, np.zeros(0, np.int8), np.zeros((0, 1), np.float32), np.zeros(0, np.float32), 0, 0, 32, 0)
+
+
 def _place_linears(model: nn.Module, quant: dict[str, tuple[blocks.Packed, torch.Tensor | None]]) -> None:
     """Put QuantLinears where the quantized Linears were, fusing same-input projections when their
     layouts allow (otherwise each stays its own call)."""
@@ -213,13 +216,15 @@ def _place_linears(model: nn.Module, quant: dict[str, tuple[blocks.Packed, torch
                 bias = torch.cat([b if b is not None else torch.zeros(quant[p][0].n) for b, p in zip(biases, paths,
                                                                                                     strict=True)])
             group = FusedProjections(QuantLinear(packed, bias), [quant[p][0].n for p in paths])
+            for p in paths:  # the parts' own arrays can go now (load-time peak memory)
+                quant[p] = (_EMPTY, None)
             parent = model.get_submodule(owner)
             parent.add_module("fused_" + "_".join(n.split("_")[0] for n in names), group)
             for i, n in enumerate(names):
                 setattr(parent, n, ProjectionPart(group, i))
             done.update(paths)
     for path, (packed, bias) in quant.items():
-        if path not in done:
+        if path not in done and packed is not _EMPTY:
             _set(model, path, QuantLinear(packed, bias))
 
 

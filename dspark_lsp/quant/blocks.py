@@ -176,13 +176,21 @@ def pack_tensor(raw: np.ndarray, qtype: int, n: int, k: int) -> Packed:
     row_bytes = k // per * size
     if flat.size != n * row_bytes:
         raise ValueError(f"{TYPE_NAMES[qtype]} tensor [{n}, {k}] should hold {n * row_bytes} bytes, not {flat.size}")
-    pieces = []
+    out: Packed | None = None
     for r0 in range(0, n, _CHUNK_ROWS):
         r1 = min(n, r0 + _CHUNK_ROWS)
-        pieces.append(pack(parse(flat[r0 * row_bytes : r1 * row_bytes], qtype, r1 - r0, k), r1 - r0, k, qtype))
-    joined = concat_rows(pieces)
-    assert joined is not None  # same type, same layout
-    return joined
+        piece = pack(parse(flat[r0 * row_bytes : r1 * row_bytes], qtype, r1 - r0, k), r1 - r0, k, qtype)
+        if out is None:  # the whole result allocated once, filled chunk by chunk (no second copy)
+            out = Packed(piece.kind, np.empty((n, *piece.codes.shape[1:]), piece.codes.dtype),
+                         np.empty((n, piece.scale.shape[1]), np.float32),
+                         np.empty((n, *piece.off.shape[1:]), np.float32) if piece.off.size else piece.off,
+                         piece.shift, n, k, qtype)
+        out.codes[r0:r1] = piece.codes
+        out.scale[r0:r1] = piece.scale
+        if piece.off.size:
+            out.off[r0:r1] = piece.off
+    assert out is not None
+    return out
 
 
 def concat_rows(parts: list[Packed]) -> Packed | None:
