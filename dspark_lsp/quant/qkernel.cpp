@@ -72,12 +72,13 @@ inline void expand_group(const Mat& m, int64_t rg, float* w) {
 }
 
 #ifdef DSPARK_AVX2
-// The same 32 values in four 8-lane registers (elements 0-7, 8-15, 16-23, 24-31). Codes are widened
-// straight from memory (vpmovsxbd / vpmovzxbd), which keeps the shuffle port free. The layout is a
-// template argument so the inner loop carries no branches.
-template <bool NIB, bool OFF, bool TWO>
-inline void expand_group_v(const Mat& m, int64_t rg, __m256& w0, __m256& w1, __m256& w2, __m256& w3) {
-  __m256i q0, q1, q2, q3;
+// The layout (nibbles or bytes, offsets, two scales per group) is a template argument throughout, so the
+// inner loops carry no branches.
+//
+// The 32 integer codes of group `rg` (minus the zero point) in four 8-lane registers, widened straight
+// from memory (vpmovsxbd / vpmovzxbd), which keeps the shuffle port free.
+template <bool NIB>
+inline void load_codes(const Mat& m, int64_t rg, __m256i& q0, __m256i& q1, __m256i& q2, __m256i& q3) {
   if (NIB) {
     const uint8_t* nb = m.nib + rg * 16;
     const __m256i lo4 = _mm256_set1_epi32(0x0F);
@@ -101,6 +102,14 @@ inline void expand_group_v(const Mat& m, int64_t rg, __m256& w0, __m256& w1, __m
     q2 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + 16)));
     q3 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + 24)));
   }
+}
+
+// The 32 weights of a group exactly as expand_group builds them, in four 8-lane registers (elements 0-7,
+// 8-15, 16-23, 24-31): for embedding rows and prefill tiles.
+template <bool NIB, bool OFF, bool TWO>
+inline void expand_group_v(const Mat& m, int64_t rg, __m256& w0, __m256& w1, __m256& w2, __m256& w3) {
+  __m256i q0, q1, q2, q3;
+  load_codes<NIB>(m, rg, q0, q1, q2, q3);
   const __m256 s0 = _mm256_broadcast_ss(m.scale + rg * (TWO ? 2 : 1));
   const __m256 s1 = TWO ? _mm256_broadcast_ss(m.scale + rg * 2 + 1) : s0;
   w0 = _mm256_mul_ps(s0, _mm256_cvtepi32_ps(q0));
@@ -116,15 +125,6 @@ inline void expand_group_v(const Mat& m, int64_t rg, __m256& w0, __m256& w1, __m
   }
 }
 
-// 32 lanes -> one float, in the same fixed order as the scalar tree below.
-inline float reduce32(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
-  const __m256 u = _mm256_add_ps(a0, a2), v = _mm256_add_ps(a1, a3);  // j += j + 16
-  const __m256 t = _mm256_add_ps(u, v);                                // j += j + 8
-  __m128 r = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));  // j += j + 4
-  r = _mm_add_ps(r, _mm_movehl_ps(r, r));                         // j += j + 2
-  r = _mm_add_ss(r, _mm_shuffle_ps(r, r, 1));                     // j += j + 1
-  return _mm_cvtss_f32(r);
-}
 
 // A group's contribution as s * sum(q * x) (+ offset * sum(x)) rather than sum((s * q + offset) * x): the
 // scale is applied once per group instead of to each weight, so the codes are converted once and shared
@@ -141,22 +141,7 @@ inline void row_dots_factored(const Mat& m, int64_t n, const float* x, int64_t K
   for (int64_t g = 0; g < m.G; ++g) {
     const int64_t rg = base + g;
     __m256i q0, q1, q2, q3;
-    if (NIB) {
-      const uint8_t* nb = m.nib + rg * 16;
-      const __m256i lo4 = _mm256_set1_epi32(0x0F), sh = _mm256_set1_epi32(m.shift);
-      const __m256i b0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(nb)));
-      const __m256i b1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(nb + 8)));
-      q0 = _mm256_sub_epi32(_mm256_and_si256(b0, lo4), sh);
-      q1 = _mm256_sub_epi32(_mm256_and_si256(b1, lo4), sh);
-      q2 = _mm256_sub_epi32(_mm256_srli_epi32(b0, 4), sh);
-      q3 = _mm256_sub_epi32(_mm256_srli_epi32(b1, 4), sh);
-    } else {
-      const int8_t* c = m.q8 + rg * 32;
-      q0 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c)));
-      q1 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + 8)));
-      q2 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + 16)));
-      q3 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + 24)));
-    }
+    load_codes<NIB>(m, rg, q0, q1, q2, q3);
     const __m256 f0 = _mm256_cvtepi32_ps(q0), f1 = _mm256_cvtepi32_ps(q1);
     const __m256 f2 = _mm256_cvtepi32_ps(q2), f3 = _mm256_cvtepi32_ps(q3);
     const __m256 s0 = _mm256_broadcast_ss(m.scale + rg * (TWO ? 2 : 1));
