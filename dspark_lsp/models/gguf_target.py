@@ -231,7 +231,8 @@ def _place_linears(model: nn.Module, quant: dict[str, tuple[blocks.Packed, torch
 def _load_dense(model: nn.Module, path: str, target: nn.Module, dense: torch.Tensor, wt: TensorInfo,
                 bias: torch.Tensor | None, tname: str, report: LoadReport, say: Callable[[str], None]) -> None:
     """A tensor kept in fp32: float types as they are, quantized types the kernel lacks dequantized."""
-    expected = tuple(target.weight.shape) if hasattr(target, "weight") else None
+    weight = getattr(target, "weight", None)
+    expected = tuple(weight.shape) if isinstance(weight, torch.Tensor) else None
     if isinstance(target, nn.Linear):
         expected = (target.out_features, target.in_features)
     elif isinstance(target, nn.Embedding):
