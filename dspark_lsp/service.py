@@ -23,6 +23,7 @@ from dspark_lsp.engine.model_draft import HybridDraftSource, ModelDraftSource, l
 from dspark_lsp.engine.ngram import NgramDraftSource
 from dspark_lsp.engine.prefix_cache import PrefixCache
 from dspark_lsp.errors import UserError
+from dspark_lsp.models.gguf_target import weights_kind
 from dspark_lsp.models.loader import DTYPES
 from dspark_lsp.models.packing import PACK_MODES, is_packed
 from dspark_lsp.prompt import build_fim_prompt, outside_window_ids
@@ -246,7 +247,7 @@ class CompletionService:
         self._sched_state: OrderedDict[str, tuple[float, ...]] = OrderedDict()
         self._lock = threading.Lock()
         param = next(target.parameters())
-        self.weights = str(getattr(target, "dspark_weights", str(param.dtype).removeprefix("torch.")))
+        self.weights = weights_kind(target)
         # The scheduler needs this machine's verify-cost curve: measured here (1-2 s for the 0.5B on a
         # CPU; it also finds forward lengths worth padding to), or the published profile for the device
         # when calibration is off.

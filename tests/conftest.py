@@ -18,7 +18,7 @@ import pytest
 
 # Modules whose tiny-model tests run single-threaded: on tiny models intra-op threads cost far more than
 # they give on a shared 2-core machine (measured: ~15x slower decoding with 2 threads under load).
-_SINGLE_THREAD_MODULES = ("test_engine_", "test_service", "test_prompt", "test_textpos", "test_cli")
+_SINGLE_THREAD_MODULES = ("test_engine_", "test_service", "test_prompt", "test_textpos", "test_cli", "test_quant_model")
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -286,35 +286,19 @@ def test_corrupt_tensor_entries_are_gguf_errors(tmp_path: Path) -> None:
     ndim = struct.unpack_from("<I", data, at)[0]
     type_at = at + 4 + 8 * ndim
 
-    b = bytearray(data)
-    struct.pack_into("<I", b, type_at, 200)  # no such ggml type
-    bad.write_bytes(bytes(b))
-    with pytest.raises(GGUFError, match="unknown tensor type 200"):
-        open_gguf(bad)
-
-    b = bytearray(data)
-    struct.pack_into("<Q", b, at + 4, 48)  # row length 48: not whole Q8_0 blocks
-    bad.write_bytes(bytes(b))
-    with pytest.raises(GGUFError, match="row length 48 is not a multiple of the block size 32"):
-        open_gguf(bad)
-
-    b = bytearray(data)
-    struct.pack_into("<I", b, at, 40)  # absurd number of dimensions
-    bad.write_bytes(bytes(b))
-    with pytest.raises(GGUFError, match="corrupt tensor entry 'tensor.q8'"):
-        open_gguf(bad)
-
-    b = bytearray(data)
-    struct.pack_into("<Q", b, at + 4 + 8, 4000)  # 4000 rows: runs past the end of the file
-    bad.write_bytes(bytes(b))
-    with pytest.raises(GGUFError, match=r"is truncated: tensor tensor\.q8"):
-        open_gguf(bad)
-
-    b = bytearray(data)
-    struct.pack_into("<Q", b, 16, 2**40)  # metadata count
-    bad.write_bytes(bytes(b))
-    with pytest.raises(GGUFError, match="corrupt header"):
-        open_gguf(bad)
+    cases = [  # (struct format, byte offset, value, the error it must give)
+        ("<I", type_at, 200, "unknown tensor type 200"),  # no such ggml type
+        ("<Q", at + 4, 48, "row length 48 is not a multiple of the block size 32"),  # not whole Q8_0 blocks
+        ("<I", at, 40, "corrupt tensor entry 'tensor.q8'"),  # absurd number of dimensions
+        ("<Q", at + 4 + 8, 4000, r"is truncated: tensor tensor\.q8"),  # 4000 rows: past the end of the file
+        ("<Q", 16, 2**40, "corrupt header"),  # metadata count
+    ]
+    for fmt, offset, value, error in cases:
+        b = bytearray(data)
+        struct.pack_into(fmt, b, offset, value)
+        bad.write_bytes(bytes(b))
+        with pytest.raises(GGUFError, match=error):
+            open_gguf(bad)
 
 
 def _corrupt(tmp_path: Path, what: str) -> Path:

@@ -29,7 +29,7 @@ from dspark_lsp.engine.decode import SpeculativeDecoder
 from dspark_lsp.engine.model_draft import HybridDraftSource, ModelDraftSource
 from dspark_lsp.engine.ngram import NgramDraftSource
 from dspark_lsp.errors import ModelError
-from dspark_lsp.models.gguf_target import LoadReport, build_quantized_model, is_quantized
+from dspark_lsp.models.gguf_target import LoadReport, build_quantized_model, is_quantized, weights_kind
 from dspark_lsp.quant import build
 from dspark_lsp.quant.build import KernelUnavailable, load_kernel
 from dspark_lsp.quant.linear import ProjectionPart, QuantEmbedding, QuantLinear
@@ -38,18 +38,12 @@ VOCAB = 320
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _kernel_and_one_thread() -> Iterator[None]:
+def _kernel() -> None:
+    # Tiny models run single-threaded (conftest.py's list of such modules names this one).
     try:
         load_kernel()  # default cache root: compiled once per machine, shared with test_quant_kernel
     except KernelUnavailable as exc:  # pragma: no cover - the kernel builds wherever the project is developed
         pytest.skip(f"the quantized kernel is unavailable here: {exc}")
-    # Tiny models: intra-op threads cost far more than they give on a shared 2-core machine (conftest.py).
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
 
 
 # Three type mixes (one per random model) that together put every supported type in a model: the q/k/v
@@ -475,7 +469,7 @@ def test_load_causal_lm_gguf_dtype_is_quantized(model_dir: Path, built: list[Bui
     for dtype in ("gguf", "auto"):
         model, tokenizer = load_causal_lm(str(model_dir), dtype=dtype)
         assert is_quantized(model), dtype
-        assert getattr(model, "dspark_weights", None) == "gguf"
+        assert weights_kind(model) == "gguf"
         assert not model.training and all(not p.requires_grad for p in model.parameters())
         assert len(tokenizer) <= VOCAB
         assert torch.equal(_logits(model, ids), want)  # the same file, the same layers: the same bits

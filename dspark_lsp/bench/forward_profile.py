@@ -69,6 +69,7 @@ def profile_forward(model: Any, n: int, context: int = 256, repeats: int = 7) ->
 
 
 def main(argv: list[str] | None = None) -> int:
+    from dspark_lsp.models.gguf_target import weights_kind
     from dspark_lsp.models.loader import load_causal_lm
 
     p = argparse.ArgumentParser(prog="python -m dspark_lsp.bench.forward_profile", description=__doc__)
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     model, _ = load_causal_lm(args.model, dtype=args.dtype)
-    weights = str(getattr(model, "dspark_weights", next(model.parameters()).dtype))
+    weights = weights_kind(model)
     results = {}
     print(f"model={args.model} weights={weights} context={args.context} (ms, median of {args.repeats}; "
           f"profiler on, so wall is a little above a plain forward)")

@@ -35,6 +35,7 @@ from dspark_lsp.engine.draft import DraftSource
 from dspark_lsp.engine.model_draft import HybridDraftSource, ModelDraftSource, lookup_of
 from dspark_lsp.engine.ngram import NgramDraftSource
 from dspark_lsp.errors import UserError
+from dspark_lsp.models.gguf_target import weights_kind
 from dspark_lsp.models.loader import cpu_has_native_bf16
 from dspark_lsp.prompt import build_fim_prompt, outside_window_ids
 
@@ -350,7 +351,7 @@ def run_bench(args: argparse.Namespace) -> int:
         done = results["target_only"]
         log(f"[{i + 1}/{len(prepared)}] {pp.prompt.id}: target_only {done.per_prompt_seconds[-1]:.1f}s")
 
-    dtype_name = str(getattr(target, "dspark_weights", "") or next(target.parameters()).dtype).replace("torch.", "")
+    dtype_name = weights_kind(target)
     report = _report(args, pair, assistant_name, prepared, results, verify_cost, dtype_name)
     report["settings"]["packed_linears"] = is_packed(target)
     report["settings"]["verify_cost_raw_ms"] = {str(k): v for k, v in raw_cost.items()}
@@ -448,29 +449,26 @@ def _syntax_costs() -> dict[str, Any]:
 
 def _is_plain_fp32(model: Any) -> bool:
     """True for a model already running plain fp32 weights (not the quantized GGUF path)."""
-    if getattr(model, "dspark_weights", None) == "gguf":
-        return False
-    p = next(iter(model.parameters()), None)
-    return p is not None and p.dtype == torch.float32
+    return weights_kind(model) == "float32"
 
 
 def _fp32_bytes(directory: Path) -> int | None:
-    """Bytes of a model directory's weights in fp32, from its safetensors headers (no tensor read)."""
+    """Bytes of a model directory's weights in fp32, from its safetensors index (no tensor read)."""
+    from safetensors import safe_open
+
     files = sorted(directory.glob("*.safetensors"))
     if not files:
         return None
     numel = 0
     try:
         for f in files:
-            with f.open("rb") as fh:
-                header = json.loads(fh.read(int.from_bytes(fh.read(8), "little")))
-            for name, t in header.items():
-                if name != "__metadata__":
+            with safe_open(str(f), framework="pt") as fh:
+                for name in fh.keys():
                     n = 1
-                    for d in t["shape"]:
+                    for d in fh.get_slice(name).get_shape():
                         n *= int(d)
                     numel += n
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, RuntimeError):
         return None
     return numel * 4
 

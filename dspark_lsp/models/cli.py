@@ -10,7 +10,7 @@ from pathlib import Path
 
 from dspark_lsp.errors import UserError
 from dspark_lsp.models import cache
-from dspark_lsp.models.prepare import prepare_model
+from dspark_lsp.models.prepare import is_prepared, prepare_model
 from dspark_lsp.models.registry import KNOWN_MODELS, PAIRS, get_model_spec
 
 
@@ -44,12 +44,9 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     root = cache.cache_root(args.cache_dir)
     for name in _models_to_prepare(args.name):
         spec = get_model_spec(name)
-        directory = cache.model_dir(root, name)
         keep = not args.drop_gguf
-        if cache.is_ready(directory, name, spec.sha256) and (
-            not keep or cache.kept_gguf(root, spec.gguf_filename, spec.size_bytes) is not None
-        ):
-            print(f"{name} is already prepared at {directory}")
+        if is_prepared(spec, root, keep):
+            print(f"{name} is already prepared at {cache.model_dir(root, name)}")
         else:
             path = prepare_model(name, root, progress=not args.no_progress, keep_gguf=keep)
             print(f"{name} prepared at {path}")

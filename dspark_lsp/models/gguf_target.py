@@ -4,7 +4,7 @@ The model is transformers' own module tree (so the KV cache, attention masks, po
 states the engine uses behave as for any HF model), built on the meta device and then given the file's
 tensors: every quantized Linear becomes a :class:`~dspark_lsp.quant.linear.QuantLinear`, the embedding a
 :class:`~dspark_lsp.quant.linear.QuantEmbedding`, norms and biases stay fp32. Nothing is ever held in
-fp32 for the quantized tensors, so the 0.5B target needs ~0.55 GB instead of ~2.5 GB. A tensor type the
+fp32 for the quantized tensors, so the 0.5B target holds ~0.66 GB of weights instead of ~2.5 GB. A tensor type the
 kernel does not support is dequantized to fp32 (one log line names it).
 """
 
@@ -101,6 +101,16 @@ def read_gguf(path: Path) -> GGUFFile:
         raise ModelError(str(exc)) from None
 
 
+def _expected_shape(target: nn.Module) -> tuple[int, ...] | None:
+    """The weight shape the module at a tensor's path needs ([out, in] for a Linear), None if it has none."""
+    if isinstance(target, nn.Linear):
+        return (target.out_features, target.in_features)
+    if isinstance(target, nn.Embedding):
+        return (target.num_embeddings, target.embedding_dim)
+    weight = getattr(target, "weight", None)
+    return tuple(weight.shape) if isinstance(weight, torch.Tensor) else None
+
+
 def _set(model: nn.Module, path: str, module: nn.Module) -> None:
     parent_path, _, leaf = path.rpartition(".")
     setattr(model.get_submodule(parent_path) if parent_path else model, leaf, module)
@@ -131,6 +141,7 @@ def build_quantized_model(
         linears.setdefault(path, {})[what] = t
 
     quant: dict[str, tuple[blocks.Packed, torch.Tensor | None]] = {}
+    embedding: blocks.Packed | None = None
     for path, parts in linears.items():
         target = model.get_submodule(path)
         wt = parts.get("weight")
@@ -141,36 +152,27 @@ def build_quantized_model(
         bias = _dense(g, parts["bias"]) if "bias" in parts else None
         if isinstance(target, nn.Linear | nn.Embedding) and qtype in blocks.QUANTIZED:
             n, k = wt.rows_cols
-            expected = (target.out_features, target.in_features) if isinstance(target, nn.Linear) else (
-                target.num_embeddings, target.embedding_dim)
+            expected = _expected_shape(target)
             if (n, k) != expected:
-                raise ModelError(f"GGUF tensor {wt.name} is [{n}, {k}], the model expects {list(expected)}")
+                raise ModelError(f"GGUF tensor {wt.name} is [{n}, {k}], the model expects {list(expected or ())}")
             packed = blocks.pack_tensor(g.read(wt.name), qtype, n, k)
             report.weight_bytes += packed.nbytes
             report.quantized[tname] = report.quantized.get(tname, 0) + 1
             if isinstance(target, nn.Linear):
                 quant[path] = (packed, bias)
             else:
+                embedding = packed
                 _set(model, path, QuantEmbedding(packed))
             continue
         _load_dense(model, path, target, _dense(g, wt), wt, bias, tname, report, say)
     _place_linears(model, quant)
 
     if "output.weight" not in tensors:  # a tied head reads the embedding table
-        emb_mod = model.get_submodule("model.embed_tokens")
-        if isinstance(emb_mod, QuantEmbedding):
-            head = QuantLinear.__new__(QuantLinear)
-            nn.Module.__init__(head)
-            head.kind, head.shift, head.source_type = emb_mod.kind, emb_mod.shift, emb_mod.source_type
-            for b in ("codes", "scale", "off"):
-                head.register_buffer(b, getattr(emb_mod, b), persistent=False)
-            head.in_features, head.out_features = emb_mod.embedding_dim, emb_mod.num_embeddings
-            head.small_m = QuantLinear.__init__.__defaults__[-1]  # type: ignore[index]
-            head.register_buffer("bias", None, persistent=False)
-            model.lm_head = head
+        if embedding is not None:  # the same arrays (QuantLinear's tensors share the numpy memory)
+            model.lm_head = QuantLinear(embedding)
         else:
             lin = nn.Linear(config.hidden_size, config.vocab_size, bias=False, device="cpu")
-            lin.weight = emb_mod.weight  # type: ignore[assignment]
+            lin.weight = model.get_submodule("model.embed_tokens").weight  # type: ignore[assignment]
             model.lm_head = lin
 
     # Buffers the meta build left empty (rotary frequencies): rebuild those modules on the CPU.
@@ -192,20 +194,15 @@ def build_quantized_model(
 _FUSE = (("self_attn", ("q_proj", "k_proj", "v_proj")), ("mlp", ("gate_proj", "up_proj")))
 
 
-_EMPTY = blocks.Packed(8, np.zeros(0, np.int8), np.zeros((0, 1), np.float32), np.zeros(0, np.float32), 0, 0, 32, 0)
-
-
 def _place_linears(model: nn.Module, quant: dict[str, tuple[blocks.Packed, torch.Tensor | None]]) -> None:
     """Put QuantLinears where the quantized Linears were, fusing same-input projections when their
-    layouts allow (otherwise each stays its own call)."""
-    done: set[str] = set()
+    layouts allow (otherwise each stays its own call). Consumes ``quant``: a fused part's arrays are
+    dropped as soon as its group exists (load-time peak memory)."""
     for path in list(quant):
         owner, _, leaf = path.rpartition(".")
         for group_owner, names in _FUSE:
-            if not owner.endswith(group_owner) or leaf not in names:
-                continue
             paths = [f"{owner}.{n}" for n in names]
-            if any(p not in quant or p in done for p in paths):
+            if not owner.endswith(group_owner) or leaf not in names or any(p not in quant for p in paths):
                 continue
             packed = blocks.concat_rows([quant[p][0] for p in paths])
             if packed is None:
@@ -216,49 +213,49 @@ def _place_linears(model: nn.Module, quant: dict[str, tuple[blocks.Packed, torch
                 bias = torch.cat([b if b is not None else torch.zeros(quant[p][0].n) for b, p in zip(biases, paths,
                                                                                                     strict=True)])
             group = FusedProjections(QuantLinear(packed, bias), [quant[p][0].n for p in paths])
-            for p in paths:  # the parts' own arrays can go now (load-time peak memory)
-                quant[p] = (_EMPTY, None)
+            for p in paths:
+                del quant[p]
             parent = model.get_submodule(owner)
             parent.add_module("fused_" + "_".join(n.split("_")[0] for n in names), group)
             for i, n in enumerate(names):
                 setattr(parent, n, ProjectionPart(group, i))
-            done.update(paths)
     for path, (packed, bias) in quant.items():
-        if path not in done and packed is not _EMPTY:
-            _set(model, path, QuantLinear(packed, bias))
+        _set(model, path, QuantLinear(packed, bias))
 
 
 def _load_dense(model: nn.Module, path: str, target: nn.Module, dense: torch.Tensor, wt: TensorInfo,
                 bias: torch.Tensor | None, tname: str, report: LoadReport, say: Callable[[str], None]) -> None:
     """A tensor kept in fp32: float types as they are, quantized types the kernel lacks dequantized."""
-    weight = getattr(target, "weight", None)
-    expected = tuple(weight.shape) if isinstance(weight, torch.Tensor) else None
-    if isinstance(target, nn.Linear):
-        expected = (target.out_features, target.in_features)
-    elif isinstance(target, nn.Embedding):
-        expected = (target.num_embeddings, target.embedding_dim)
-    if expected is not None and tuple(dense.shape) != expected:
-        raise ModelError(f"GGUF tensor {wt.name} is {list(dense.shape)}, the model expects {list(expected)}")
+    expected = _expected_shape(target)
+    if expected is None or tuple(dense.shape) != expected:
+        raise ModelError(f"GGUF tensor {wt.name} is {list(dense.shape)}, {path} of the model expects "
+                         f"{list(expected or ())}")
     if wt.qtype not in (blocks.F32, blocks.F16, blocks.BF16):
         say(f"GGUF tensor {wt.name}: type {tname} is not supported by the quantized kernel; loaded as fp32")
         report.dequantized[tname] = report.dequantized.get(tname, 0) + 1
     report.weight_bytes += dense.numel() * 4
     if isinstance(target, nn.Linear):
         lin = nn.Linear(target.in_features, target.out_features, bias=bias is not None, device="cpu")
-        lin.weight = nn.Parameter(dense.reshape(lin.weight.shape), requires_grad=False)
+        lin.weight = nn.Parameter(dense, requires_grad=False)
         if bias is not None:
             lin.bias = nn.Parameter(bias, requires_grad=False)
         _set(model, path, lin)
     elif isinstance(target, nn.Embedding):
         emb = nn.Embedding(target.num_embeddings, target.embedding_dim, device="cpu")
-        emb.weight = nn.Parameter(dense.reshape(emb.weight.shape), requires_grad=False)
+        emb.weight = nn.Parameter(dense, requires_grad=False)
         _set(model, path, emb)
     else:  # a norm
-        weight = getattr(target, "weight", None)
-        if not isinstance(weight, torch.Tensor) or tuple(weight.shape) != tuple(dense.shape):
-            raise ModelError(f"GGUF tensor {wt.name} does not match {path} of the model")
         target.weight = nn.Parameter(dense, requires_grad=False)
 
 
 def is_quantized(model: nn.Module) -> bool:
     return any(isinstance(m, QuantLinear | QuantEmbedding) for m in model.modules())
+
+
+def weights_kind(model: nn.Module) -> str:
+    """What the model computes with, for stats and reports: "gguf" (its GGUF's quantized blocks) or the
+    torch dtype of its parameters ("float32", "bfloat16", ...)."""
+    if is_quantized(model):
+        return "gguf"
+    param = next(model.parameters(), None)
+    return "float32" if param is None else str(param.dtype).removeprefix("torch.")

@@ -18,7 +18,8 @@ if TYPE_CHECKING:  # transformers/torch are heavy: import them only when a model
 log = logging.getLogger(__name__)
 
 # dtype "gguf": compute from the GGUF file's own quantized blocks (CPU; fp32 arithmetic on the file's exact
-# weight values, ~0.55 GB instead of ~2.5 GB for the 0.5B, and ~2x faster per token on our 2-core CPUs).
+# weight values, ~0.66 GB of weights instead of ~2.5 GB for the 0.5B, and 3.1x faster per token than fp32 on
+# this project's 2-core AVX2 CPU: bench/results/2026-12-01-s6).
 QUANT_DTYPE = "gguf"
 DTYPES = ("auto", "float32", "bfloat16", "float16", QUANT_DTYPE)
 
@@ -214,7 +215,6 @@ def _load_quantized(
     model, report = build_quantized_model(gguf, config, log=log.warning)
     log.info("model %s: %s from %s", spec, report.summary(), gguf.name)
     pack_linears(model, "off" if pack == "off" else "auto")  # tensors the kernel lacks, kept in fp32
-    setattr(model, "dspark_weights", "gguf")  # noqa: B010 (read by cost profiles and stats)
     # transformers' own class (Qwen2ForCausalLM), typed by its factory as a plain Module
     return model, tokenizer  # type: ignore[return-value]
 

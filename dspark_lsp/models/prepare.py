@@ -195,6 +195,13 @@ def _joined_gguf(root: Path, spec: GGUFModelSpec, installer: Installer, progress
     return final
 
 
+def is_prepared(spec: GGUFModelSpec, root: Path, keep_gguf: bool = True) -> bool:
+    """Nothing left to do: the model directory is ready and, when it is to be kept, so is its GGUF."""
+    if not cache.is_ready(cache.model_dir(root, spec.name), spec.name, spec.sha256):
+        return False
+    return not keep_gguf or cache.kept_gguf(root, spec.gguf_filename, spec.size_bytes) is not None
+
+
 def prepare_model(
     name: str,
     cache_root: str | os.PathLike[str] | None = None,
@@ -217,9 +224,9 @@ def prepare_model(
     say = log or _stderr_log
     root = cache.cache_root(cache_root)
     final = cache.model_dir(root, spec.name)
-    if cache.is_ready(final, spec.name, spec.sha256):
-        if not keep_gguf or cache.kept_gguf(root, spec.gguf_filename, spec.size_bytes) is not None:
-            return final
+    if is_prepared(spec, root, keep_gguf):
+        return final
+    if cache.is_ready(final, spec.name, spec.sha256):  # converted by an earlier version: only the GGUF is missing
         with _lock(root, spec.name):
             say(f"{spec.name} is prepared but its GGUF is not kept; joining it again for the quantized path")
             try:
