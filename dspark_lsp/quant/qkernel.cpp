@@ -1,26 +1,28 @@
-// Matrix products straight from GGUF quantized blocks, in fp32, on the file's own codes and scales.
+// Matrix products straight from GGUF quantized blocks, on the file's own codes and scales.
 //
 // Why a kernel of our own: the stock path dequantizes the file to fp32 once and then streams ~2.5 GB of
 // weights per token; torch's int4 kernel wants bf16 activations and bf16 scales and holds 4-bit codes
 // only, while most of the default target's file is Q5_0/Q8_0/Q6_K. Here the integer codes and the fp32
-// scales (and offsets) of the file are used as they are — no requantization, no rounding of weights —
-// and everything else is fp32 arithmetic.
+// scales (and offsets) of the file are used as they are — no requantization, no rounding of weights.
+// Decode and verify products (few rows) take the activations as int16 per group of 32 and sum exact
+// integer products (row_dots_int); prefill (many rows) and embedding rows use the fp32 weight values.
 //
 // Codes come in two layouts (blocks.py does the conversion once at load time):
 //   kind 4: 4-bit codes, two per byte: in each group of 32, byte j holds element j (low nibble) and
 //           element j + 16 (high nibble). Q4_K and Q4_1 (and Q4_0, with its zero point in `shift`).
 //   kind 8: one int8 per weight, already minus the type's zero point (Q8_0, Q5_*, Q6_K). 5- and 6-bit
-//           codes are widened to a byte: on AVX2 unpacking their high-bit planes cost more time than the
-//           extra bytes cost bandwidth.
+//           codes are widened to a byte: measured on this project's AVX2 CPU, unpacking a 5-bit plane
+//           (20 bytes per 32 codes instead of 32) cost more arithmetic than the saved bytes saved time —
+//           equal at 1 row, ~10% slower at 4 (the 0.5B's 97 products).
 //   scale fp32 [N, G] (or [N, 2G]: a scale per 16 elements, Q6_K); off fp32 [N, G] or empty.
 //   weight = scale * (code - shift) + off: what the gguf package's dequantization gives (expand_* below
 //   rebuild exactly those values, compiled with -ffp-contract=off, for embeddings and prefill tiles).
 //
 // Batch invariance (what makes speculative verification equal one-token decoding bit for bit): every
-// output element is computed by the same sequence of fp32 operations whatever the number of rows M;
-// threads split output columns, never a dot product. Above `small_m` rows (prefill) tiles of rebuilt
-// weights go through a regular GEMM instead, which rounds differently; decode and verify forwards stay
-// below it.
+// output element is computed by the same sequence of operations whatever the number of rows M (a row's
+// int16 activations depend on that row alone); threads split output columns, never a dot product. Above
+// `small_m` rows (prefill) tiles of rebuilt weights go through a regular GEMM instead, which rounds
+// differently; decode and verify forwards stay below it.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -36,6 +38,9 @@
 #define DSPARK_AVX2 1
 #endif
 
+#ifndef DSPARK_PF
+#define DSPARK_PF 4096
+#endif
 namespace {
 
 struct Mat {
@@ -46,13 +51,13 @@ struct Mat {
   int64_t G;
   int64_t scales_per_group;
   int32_t shift;
-  bool nibbles;
+  int layout;  // 4 or 8 (the code layouts above)
 };
 
 // Scalar reference of one group (also the portable path).
 inline void expand_group(const Mat& m, int64_t rg, float* w) {
   int32_t q[32];
-  if (m.nibbles) {
+  if (m.layout == 4) {
     const uint8_t* nb = m.nib + rg * 16;
     for (int j = 0; j < 16; ++j) {
       q[j] = nb[j] & 15;
@@ -72,50 +77,41 @@ inline void expand_group(const Mat& m, int64_t rg, float* w) {
 }
 
 #ifdef DSPARK_AVX2
-// The layout (nibbles or bytes, offsets, two scales per group) is a template argument throughout, so the
-// inner loops carry no branches.
+// The layout (4 or 8), offsets and two scales per group are template arguments throughout, so the
+// inner loops carry no branches on them.
 //
-// The 32 integer codes of group `rg` (minus the zero point) in four 8-lane registers, widened straight
-// from memory (vpmovsxbd / vpmovzxbd), which keeps the shuffle port free.
-template <bool NIB>
-inline void load_codes(const Mat& m, int64_t rg, __m256i& q0, __m256i& q1, __m256i& q2, __m256i& q3) {
-  if (NIB) {
-    const uint8_t* nb = m.nib + rg * 16;
-    const __m256i lo4 = _mm256_set1_epi32(0x0F);
-    const __m256i b0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(nb)));
-    const __m256i b1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(nb + 8)));
-    q0 = _mm256_and_si256(b0, lo4);
-    q1 = _mm256_and_si256(b1, lo4);
-    q2 = _mm256_srli_epi32(b0, 4);
-    q3 = _mm256_srli_epi32(b1, 4);
-    if (m.shift != 0) {  // Q4_0 only (Q4_K and Q4_1 have offsets instead)
-      const __m256i sh = _mm256_set1_epi32(m.shift);
-      q0 = _mm256_sub_epi32(q0, sh);
-      q1 = _mm256_sub_epi32(q1, sh);
-      q2 = _mm256_sub_epi32(q2, sh);
-      q3 = _mm256_sub_epi32(q3, sh);
-    }
-  } else {
+// The 32 codes of group `rg` (minus the zero point) as 16-bit integers: elements 0-15 and 16-31.
+template <int L>
+inline void load_codes16(const Mat& m, int64_t rg, __m256i& c0, __m256i& c1) {
+  if (L == 8) {
     const int8_t* c = m.q8 + rg * 32;
-    q0 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c)));
-    q1 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + 8)));
-    q2 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + 16)));
-    q3 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + 24)));
+    c0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c)));
+    c1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c + 16)));
+    return;
+  }
+  // byte j holds element j (low nibble) and j + 16 (high nibble): widen the 16 bytes, then split.
+  const __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(m.nib + rg * 16)));
+  c0 = _mm256_and_si256(b, _mm256_set1_epi16(0x0F));
+  c1 = _mm256_srli_epi16(b, 4);
+  if (m.shift != 0) {  // Q4_0 only (Q4_K and Q4_1 have offsets instead)
+    const __m256i sh = _mm256_set1_epi16(static_cast<int16_t>(m.shift));
+    c0 = _mm256_sub_epi16(c0, sh);
+    c1 = _mm256_sub_epi16(c1, sh);
   }
 }
 
 // The 32 weights of a group exactly as expand_group builds them, in four 8-lane registers (elements 0-7,
 // 8-15, 16-23, 24-31): for embedding rows and prefill tiles.
-template <bool NIB, bool OFF, bool TWO>
+template <int L, bool OFF, bool TWO>
 inline void expand_group_v(const Mat& m, int64_t rg, __m256& w0, __m256& w1, __m256& w2, __m256& w3) {
-  __m256i q0, q1, q2, q3;
-  load_codes<NIB>(m, rg, q0, q1, q2, q3);
+  __m256i c0, c1;
+  load_codes16<L>(m, rg, c0, c1);
   const __m256 s0 = _mm256_broadcast_ss(m.scale + rg * (TWO ? 2 : 1));
   const __m256 s1 = TWO ? _mm256_broadcast_ss(m.scale + rg * 2 + 1) : s0;
-  w0 = _mm256_mul_ps(s0, _mm256_cvtepi32_ps(q0));
-  w1 = _mm256_mul_ps(s0, _mm256_cvtepi32_ps(q1));
-  w2 = _mm256_mul_ps(s1, _mm256_cvtepi32_ps(q2));
-  w3 = _mm256_mul_ps(s1, _mm256_cvtepi32_ps(q3));
+  w0 = _mm256_mul_ps(s0, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(c0))));
+  w1 = _mm256_mul_ps(s0, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(c0, 1))));
+  w2 = _mm256_mul_ps(s1, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(c1))));
+  w3 = _mm256_mul_ps(s1, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(c1, 1))));
   if (OFF) {
     const __m256 o = _mm256_broadcast_ss(m.off + rg);
     w0 = _mm256_add_ps(w0, o);
@@ -125,44 +121,50 @@ inline void expand_group_v(const Mat& m, int64_t rg, __m256& w0, __m256& w1, __m
   }
 }
 
-
-// A group's contribution as s * sum(q * x) (+ offset * sum(x)) rather than sum((s * q + offset) * x): the
-// scale is applied once per group instead of to each weight, so the codes are converted once and shared
-// by up to 4 rows of x in one pass (measured on one core, Q5_0 4864 x 896: 0.29 / 0.37 / 0.57 / 1.10 ms for
-// M = 1 / 2 / 4 / 8, against 0.34 / 0.40 / 0.77 / 1.50 with the weights rebuilt per pass of two rows).
-// Each x row keeps one group chain and one 8-lane accumulator, in the same order for every R, so its
-// results do not depend on M or on which rows share a pass.
-template <bool NIB, bool OFF, bool TWO, int R>
-inline void row_dots_factored(const Mat& m, int64_t n, const float* x, int64_t K, const float* xsum, float* out,
-                              int64_t N) {
+// Decode and verify products in integers. Each group of 32 activations is held as int16 with its own fp32
+// scale (absmax / 32767, see quantize_rows), so a group's products code * x are exact integer products
+// summed exactly in int32 (vpmaddwd: 16 products per instruction, where the fp32 path needed a code
+// conversion and an FMA per 8); the group's sum then becomes fp32 once and is scaled by
+// weight scale * activation scale. The only approximation is the activation's rounding to 16 bits —
+// at most absmax/65534 per element, ~250x finer than the 8-bit activations llama.cpp uses (its Q8
+// blocks) — weights are the file's exact values as before. Measured on this project's 2-core AVX2 CPU,
+// the 0.5B's 97 products per 1-token forward: see the README's breakdown.
+//
+// Codes are converted once per group and shared by up to 4 rows of x in one pass. Each x row keeps one
+// accumulator and one order of operations for every R, so its results do not depend on M or on which
+// rows share a pass (batch invariance).
+template <int L, bool OFF, bool TWO, int R>
+inline void row_dots_int(const Mat& m, int64_t n, const int16_t* xq, const float* xsc, int64_t K,
+                         const float* xsum, float* out, int64_t N) {
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   const int64_t base = n * m.G;
   for (int64_t g = 0; g < m.G; ++g) {
     const int64_t rg = base + g;
-    __m256i q0, q1, q2, q3;
-    load_codes<NIB>(m, rg, q0, q1, q2, q3);
-    const __m256 f0 = _mm256_cvtepi32_ps(q0), f1 = _mm256_cvtepi32_ps(q1);
-    const __m256 f2 = _mm256_cvtepi32_ps(q2), f3 = _mm256_cvtepi32_ps(q3);
+    // Prefetch the codes (and scales) a few rows ahead: the stream then overlaps the arithmetic instead
+    // of stalling each row on a cache miss.
+    const char* cp = L == 8 ? reinterpret_cast<const char*>(m.q8 + rg * 32) : reinterpret_cast<const char*>(m.nib + rg * 16);
+    _mm_prefetch(cp + DSPARK_PF, _MM_HINT_T0);
+    if ((g & 7) == 0) _mm_prefetch(reinterpret_cast<const char*>(m.scale + rg * (TWO ? 2 : 1)) + DSPARK_PF / 4, _MM_HINT_T0);
+    __m256i c0, c1;
+    load_codes16<L>(m, rg, c0, c1);
     const __m256 s0 = _mm256_broadcast_ss(m.scale + rg * (TWO ? 2 : 1));
     for (int r = 0; r < R; ++r) {
-      const float* xp = x + r * K + g * 32;
-      if (TWO) {  // Q6_K: a scale per 16 elements, two chains
+      const int16_t* xp = xq + r * K + g * 32;
+      const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xp));
+      const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xp + 16));
+      const __m256 xs = _mm256_broadcast_ss(xsc + r * m.G + g);
+      if (TWO) {  // Q6_K: a scale per 16 elements
         const __m256 s1 = _mm256_broadcast_ss(m.scale + rg * 2 + 1);
-        __m256 h0 = _mm256_mul_ps(f0, _mm256_loadu_ps(xp));
-        h0 = _mm256_fmadd_ps(f1, _mm256_loadu_ps(xp + 8), h0);
-        __m256 h1 = _mm256_mul_ps(f2, _mm256_loadu_ps(xp + 16));
-        h1 = _mm256_fmadd_ps(f3, _mm256_loadu_ps(xp + 24), h1);
-        acc[r] = _mm256_fmadd_ps(s0, h0, acc[r]);
-        acc[r] = _mm256_fmadd_ps(s1, h1, acc[r]);
+        const __m256 f0 = _mm256_cvtepi32_ps(_mm256_madd_epi16(c0, x0));
+        const __m256 f1 = _mm256_cvtepi32_ps(_mm256_madd_epi16(c1, x1));
+        acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(s0, xs), f0, acc[r]);
+        acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(s1, xs), f1, acc[r]);
       } else {
-        __m256 h = _mm256_mul_ps(f0, _mm256_loadu_ps(xp));
-        h = _mm256_fmadd_ps(f1, _mm256_loadu_ps(xp + 8), h);
-        h = _mm256_fmadd_ps(f2, _mm256_loadu_ps(xp + 16), h);
-        h = _mm256_fmadd_ps(f3, _mm256_loadu_ps(xp + 24), h);
-        acc[r] = _mm256_fmadd_ps(s0, h, acc[r]);
+        const __m256i p = _mm256_add_epi32(_mm256_madd_epi16(c0, x0), _mm256_madd_epi16(c1, x1));
+        acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(s0, xs), _mm256_cvtepi32_ps(p), acc[r]);
       }
-      if (OFF) {  // + offset * (sum of the group's x), the sums made once per call (8 lanes per group)
+      if (OFF) {  // + offset * (sum of the group's fp32 x), the sums made once per call (8 lanes per group)
         acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(m.off + rg), _mm256_loadu_ps(xsum + (r * m.G + g) * 8), acc[r]);
       }
     }
@@ -175,38 +177,70 @@ inline void row_dots_factored(const Mat& m, int64_t n, const float* x, int64_t K
   }
 }
 
+// Rows of x as int16 per group of 32 with an fp32 scale each: q = round(x * 32767 / absmax), so
+// x ~= q * absmax / 32767. A row's values depend on that row alone (batch invariance).
+void quantize_rows(const float* xp, int64_t M, int64_t K, int16_t* q, float* sc) {
+  const int64_t G = K / 32;
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int64_t r = 0; r < M; ++r)
+    for (int64_t g = 0; g < G; ++g) {
+      const float* x = xp + r * K + g * 32;
+      __m256 v[4];
+      __m256 mx = _mm256_setzero_ps();
+      for (int i = 0; i < 4; ++i) {
+        v[i] = _mm256_loadu_ps(x + 8 * i);
+        mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, v[i]));
+      }
+      __m128 t = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+      t = _mm_max_ps(t, _mm_movehl_ps(t, t));
+      t = _mm_max_ss(t, _mm_shuffle_ps(t, t, 1));
+      const float amax = _mm_cvtss_f32(t);
+      sc[r * G + g] = amax / 32767.0f;
+      const __m256 inv = _mm256_set1_ps(amax > 0.0f ? 32767.0f / amax : 0.0f);
+      int16_t* d = q + r * K + g * 32;
+      for (int i = 0; i < 4; i += 2) {
+        // round to nearest (even); packs saturates to int16 and interleaves 128-bit lanes, permute undoes it
+        const __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], inv));
+        const __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(v[i + 1], inv));
+        const __m256i p = _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xD8);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + 8 * i), p);
+      }
+    }
+}
+
 // Weight rows in blocks of NBLOCK, the rows of x in passes of 4 inside a block: a pass's 4 rows of x stay
 // in L1 while the block's codes (<= 64 x 4864 bytes) stay in L2, so a long prompt does not stream x from
 // memory once per weight row. The order changes nothing in any single output's arithmetic.
 constexpr int64_t NBLOCK = 64;
 
-template <bool NIB, bool OFF, bool TWO>
-void small_product_t(const Mat& m, const float* xp, int64_t M, int64_t K, int64_t n0, int64_t n1, int64_t N,
-                     float* op, const float* xsum) {
+template <int L, bool OFF, bool TWO>
+void small_product_t(const Mat& m, const int16_t* xq, const float* xsc, int64_t M, int64_t K, int64_t n0,
+                     int64_t n1, int64_t N, float* op, const float* xsum) {
   const int64_t G = m.G;
   for (int64_t b0 = n0; b0 < n1; b0 += NBLOCK) {
     const int64_t b1 = std::min(n1, b0 + NBLOCK);
     int64_t r = 0;
     for (; r + 4 <= M; r += 4)
       for (int64_t n = b0; n < b1; ++n)
-        row_dots_factored<NIB, OFF, TWO, 4>(m, n, xp + r * K, K, xsum + r * G * 8, op + r * N, N);
+        row_dots_int<L, OFF, TWO, 4>(m, n, xq + r * K, xsc + r * G, K, xsum + r * G * 8, op + r * N, N);
     const float* xs = xsum + r * G * 8;
-    const float* xr = xp + r * K;
+    const int16_t* xr = xq + r * K;
+    const float* sr = xsc + r * G;
     float* orow = op + r * N;
     switch (M - r) {
-      case 3: for (int64_t n = b0; n < b1; ++n) row_dots_factored<NIB, OFF, TWO, 3>(m, n, xr, K, xs, orow, N); break;
-      case 2: for (int64_t n = b0; n < b1; ++n) row_dots_factored<NIB, OFF, TWO, 2>(m, n, xr, K, xs, orow, N); break;
-      case 1: for (int64_t n = b0; n < b1; ++n) row_dots_factored<NIB, OFF, TWO, 1>(m, n, xr, K, xs, orow, N); break;
+      case 3: for (int64_t n = b0; n < b1; ++n) row_dots_int<L, OFF, TWO, 3>(m, n, xr, sr, K, xs, orow, N); break;
+      case 2: for (int64_t n = b0; n < b1; ++n) row_dots_int<L, OFF, TWO, 2>(m, n, xr, sr, K, xs, orow, N); break;
+      case 1: for (int64_t n = b0; n < b1; ++n) row_dots_int<L, OFF, TWO, 1>(m, n, xr, sr, K, xs, orow, N); break;
       default: break;
     }
   }
 }
 
-template <bool NIB, bool OFF, bool TWO>
+template <int L, bool OFF, bool TWO>
 void expand_row_t(const Mat& m, int64_t row, float* w) {
   for (int64_t g = 0; g < m.G; ++g) {
     __m256 w0, w1, w2, w3;
-    expand_group_v<NIB, OFF, TWO>(m, row * m.G + g, w0, w1, w2, w3);
+    expand_group_v<L, OFF, TWO>(m, row * m.G + g, w0, w1, w2, w3);
     float* d = w + g * 32;
     _mm256_storeu_ps(d, w0);
     _mm256_storeu_ps(d + 8, w1);
@@ -215,22 +249,22 @@ void expand_row_t(const Mat& m, int64_t row, float* w) {
   }
 }
 
-// Dispatch once per call on the layout (3 flags -> 8 instantiations).
-#define DSPARK_DISPATCH(fn, m, ...)                                                 \
-  do {                                                                              \
-    const bool nib_ = (m).nibbles, off_ = (m).off != nullptr, two_ = (m).scales_per_group == 2; \
-    if (nib_) {                                                                     \
-      if (off_) { if (two_) fn<true, true, true>(__VA_ARGS__); else fn<true, true, false>(__VA_ARGS__); } \
-      else { if (two_) fn<true, false, true>(__VA_ARGS__); else fn<true, false, false>(__VA_ARGS__); } \
-    } else {                                                                        \
-      if (off_) { if (two_) fn<false, true, true>(__VA_ARGS__); else fn<false, true, false>(__VA_ARGS__); } \
-      else { if (two_) fn<false, false, true>(__VA_ARGS__); else fn<false, false, false>(__VA_ARGS__); } \
-    }                                                                               \
+// Dispatch once per call on the layout (2 layouts x offsets x scales per group -> 8 instantiations).
+#define DSPARK_DISPATCH_L(fn, L, m, ...)                                                  \
+  do {                                                                                    \
+    const bool off_ = (m).off != nullptr, two_ = (m).scales_per_group == 2;               \
+    if (off_) { if (two_) fn<L, true, true>(__VA_ARGS__); else fn<L, true, false>(__VA_ARGS__); } \
+    else { if (two_) fn<L, false, true>(__VA_ARGS__); else fn<L, false, false>(__VA_ARGS__); }    \
+  } while (0)
+#define DSPARK_DISPATCH(fn, m, ...)                                                       \
+  do {                                                                                    \
+    if ((m).layout == 4) DSPARK_DISPATCH_L(fn, 4, m, __VA_ARGS__);                         \
+    else DSPARK_DISPATCH_L(fn, 8, m, __VA_ARGS__);                                         \
   } while (0)
 
-void small_product(const Mat& m, const float* xp, int64_t M, int64_t K, int64_t n0, int64_t n1, int64_t N,
-                   float* op, const float* xsum) {
-  DSPARK_DISPATCH(small_product_t, m, m, xp, M, K, n0, n1, N, op, xsum);
+void small_product(const Mat& m, const int16_t* xq, const float* xsc, int64_t M, int64_t K, int64_t n0,
+                   int64_t n1, int64_t N, float* op, const float* xsum) {
+  DSPARK_DISPATCH(small_product_t, m, m, xq, xsc, M, K, n0, n1, N, op, xsum);
 }
 
 // Per row of x and per group: the 8-lane partial sums x[0:8] + x[8:16] + x[16:24] + x[24:32], which the
@@ -291,8 +325,8 @@ Mat make_mat(int64_t kind, const at::Tensor& codes, const at::Tensor& scale, con
   m.off = off.numel() ? off.data_ptr<float>() : nullptr;
   TORCH_CHECK(off.numel() == 0 || (off.numel() == N * m.G && off.scalar_type() == at::kFloat), "bad offsets");
   m.shift = static_cast<int32_t>(shift);
-  m.nibbles = kind == 4;
-  if (m.nibbles) {
+  m.layout = static_cast<int>(kind);
+  if (kind == 4) {
     TORCH_CHECK(codes.numel() == N * K / 2 && codes.scalar_type() == at::kByte, "bad 4-bit codes");
     m.nib = codes.data_ptr<uint8_t>();
     m.q8 = nullptr;
@@ -318,10 +352,17 @@ at::Tensor qmm(const at::Tensor& x_in, int64_t kind, const at::Tensor& codes, co
 #ifdef DSPARK_AVX2
     at::Tensor xs = m.off != nullptr ? group_sums(xp, M, K) : at::Tensor();
     const float* xsp = xs.defined() ? xs.data_ptr<float>() : nullptr;
+    at::Tensor xq = at::empty({M, K}, at::kShort);
+    at::Tensor xsc = at::empty({M, K / 32}, at::kFloat);
+    quantize_rows(xp, M, K, xq.data_ptr<int16_t>(), xsc.data_ptr<float>());
+    const int16_t* xqp = xq.data_ptr<int16_t>();
+    const float* xscp = xsc.data_ptr<float>();
+    at::parallel_for(0, N, 16, [&](int64_t n0, int64_t n1) {
+      small_product(m, xqp, xscp, M, K, n0, n1, N, op, xsp);
+    });
 #else
-    const float* xsp = nullptr;
+    at::parallel_for(0, N, 16, [&](int64_t n0, int64_t n1) { small_product(m, xp, M, K, n0, n1, N, op, nullptr); });
 #endif
-    at::parallel_for(0, N, 16, [&](int64_t n0, int64_t n1) { small_product(m, xp, M, K, n0, n1, N, op, xsp); });
     return out;
   }
   // Many rows: rebuild a tile of weight rows, then one GEMM for the tile (compute-bound either way).
