@@ -284,6 +284,71 @@ def test_k_token_forward_of_the_built_model_is_bitwise(built: list[Built], which
         assert torch.equal(together, alone), f"prefix {prefix}, k {k}"
 
 
+def _run_both(model: Any, steps: list[dict[str, Any]]) -> list[tuple[Any, Any]]:
+    """Each step's output through the installed (lean) forward and through transformers' own, each on
+    its own cache built by the same steps."""
+    stock = type(model).forward.__get__(model)
+    outs: list[list[Any]] = [[], []]
+    for which, call in enumerate((model, stock)):
+        cache = kv.new_cache(model)
+        with torch.inference_mode():
+            for step in steps:
+                outs[which].append(call(**step, cache=cache, use_cache=True))
+    return list(zip(*outs, strict=True))
+
+
+@pytest.mark.parametrize("which", [0, 1, 2])
+def test_lean_forward_equals_transformers_forward_bitwise(built: list[Built], which: int) -> None:
+    """The direct forward (models/lean_forward.py) the quantized target runs is transformers' forward, bit
+    for bit: logits, every hidden state, on a cache, for a prefill, a long continuation (> 16 rows after
+    cached ones: an explicit causal mask), verify rows, one row, kept logits, and tree rows with their own
+    positions and mask."""
+    model = built[which].model
+    assert model.forward.__func__ is not type(model).forward  # installed by build_quantized_model
+    rng = np.random.default_rng(90 + which)
+    ids = [int(t) for t in rng.integers(0, VOCAB, 60)]
+    cached = 6 + 20 + 5 + 1
+    # Tree rows: two alternates at the same position, each seeing the cache and itself only.
+    tree_mask = torch.full((1, 1, 2, cached + 2), float("-inf"))
+    tree_mask[..., :cached] = 0.0
+    tree_mask[0, 0, 0, cached] = tree_mask[0, 0, 1, cached + 1] = 0.0
+    steps: list[dict[str, Any]] = [
+        {"input_ids": torch.tensor([ids[:6]]), "logits_to_keep": 1},
+        {"input_ids": torch.tensor([ids[6:26]]), "output_hidden_states": True},
+        {"input_ids": torch.tensor([ids[26:31]]), "output_hidden_states": True},
+        {"input_ids": torch.tensor([ids[31:32]])},
+        {"input_ids": torch.tensor([ids[32:34]]), "attention_mask": tree_mask,
+         "position_ids": torch.tensor([[cached, cached]])},
+    ]
+    for i, (lean, stock) in enumerate(_run_both(model, steps)):
+        assert lean.logits.shape == stock.logits.shape, i
+        assert torch.equal(lean.logits, stock.logits), i
+        if stock.hidden_states is not None:
+            assert len(lean.hidden_states) == len(stock.hidden_states)
+            assert all(torch.equal(a, b) for a, b in zip(lean.hidden_states, stock.hidden_states, strict=True)), i
+
+
+def test_lean_forward_defers_to_transformers_for_what_it_does_not_handle(built: list[Built]) -> None:
+    model = built[0].model
+    ids = torch.tensor([[5, 6, 7, 8]])
+    with torch.inference_mode():
+        # inputs_embeds, a 2-D padding mask, a batch of two: transformers' forward answers, same numbers
+        embeds = model.model.embed_tokens(ids)
+        direct = model(input_ids=ids).logits
+        assert torch.equal(model(inputs_embeds=embeds).logits, direct)
+        assert torch.equal(model(input_ids=ids, attention_mask=torch.ones(1, 4, dtype=torch.long)).logits, direct)
+        assert model(input_ids=ids.repeat(2, 1)).logits.shape[0] == 2
+    # A hook on a quantized projection still fires (the direct path calls hooked modules as modules).
+    seen: list[torch.Size] = []
+    handle = model.model.layers[0].self_attn.o_proj.register_forward_hook(lambda _m, a, _o: seen.append(a[0].shape))
+    try:
+        with torch.inference_mode():
+            model(input_ids=ids)
+    finally:
+        handle.remove()
+    assert seen == [torch.Size([1, 4, model.config.hidden_size])]
+
+
 # -------------------------------------------------------------------------------- (c) lossless decoding
 _draft_models: dict[int, Any] = {}
 

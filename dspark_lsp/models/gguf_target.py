@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from dspark_lsp.errors import ModelError
+from dspark_lsp.models.lean_forward import use_lean_forward
 from dspark_lsp.models.rowwise_attention import use_rowwise_attention
 from dspark_lsp.quant import blocks
 from dspark_lsp.quant.gguf_file import GGUFError, GGUFFile, TensorInfo, open_gguf
@@ -186,6 +187,8 @@ def build_quantized_model(
     model.requires_grad_(False)
     # The quantized layers are batch invariant; with row-wise attention so is the whole forward.
     use_rowwise_attention(model)
+    # The same operations without transformers' per-forward machinery (bit-identical results).
+    use_lean_forward(model)
     return model, report
 
 
