@@ -305,6 +305,9 @@ def test_lean_forward_equals_transformers_forward_bitwise(built: list[Built], wh
     positions and mask."""
     model = built[which].model
     assert model.forward.__func__ is not type(model).forward  # installed by build_quantized_model
+    # Mix 2 fuses every layer's q/k/v and gate/up, so its decode/verify rows run each layer as one C++ op
+    # (quant/decoder_layer.cpp); mixes 0 and 1 have unfusable layers and run the Python layer loop.
+    assert (model.dspark_lean.native is not None) == (which == 2)
     rng = np.random.default_rng(90 + which)
     ids = [int(t) for t in rng.integers(0, VOCAB, 60)]
     cached = 6 + 20 + 5 + 1
@@ -312,6 +315,9 @@ def test_lean_forward_equals_transformers_forward_bitwise(built: list[Built], wh
     tree_mask = torch.full((1, 1, 2, cached + 2), float("-inf"))
     tree_mask[..., :cached] = 0.0
     tree_mask[0, 0, 0, cached] = tree_mask[0, 0, 1, cached + 1] = 0.0
+    one_row = torch.full((1, 1, 1, cached + 3), float("-inf"))
+    one_row[..., :cached] = 0.0
+    one_row[0, 0, 0, cached + 1] = one_row[0, 0, 0, cached + 2] = 0.0
     steps: list[dict[str, Any]] = [
         {"input_ids": torch.tensor([ids[:6]]), "logits_to_keep": 1},
         {"input_ids": torch.tensor([ids[6:26]]), "output_hidden_states": True},
@@ -319,6 +325,10 @@ def test_lean_forward_equals_transformers_forward_bitwise(built: list[Built], wh
         {"input_ids": torch.tensor([ids[31:32]])},
         {"input_ids": torch.tensor([ids[32:34]]), "attention_mask": tree_mask,
          "position_ids": torch.tensor([[cached, cached]])},
+        # one tree row seeing the cache and the second alternate only (not a prefix: keys gathered)
+        {"input_ids": torch.tensor([ids[34:35]]), "attention_mask": one_row,
+         "position_ids": torch.tensor([[cached + 1]])},
+        {"input_ids": torch.tensor([ids[35:39]]), "output_hidden_states": True},
     ]
     for i, (lean, stock) in enumerate(_run_both(model, steps)):
         assert lean.logits.shape == stock.logits.shape, i

@@ -39,25 +39,39 @@ if DynamicLayer is not None:
 
         def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
                    ) -> tuple[torch.Tensor, torch.Tensor]:
-            if not self.is_initialized:
-                self.lazy_initialization(key_states, value_states)
             n = key_states.shape[-2]
+            k, v, past = self.reserve(n, key_states, value_states)
+            k[..., past : past + n, :] = key_states
+            v[..., past : past + n, :] = value_states
+            self.advance(n)
+            return k[..., : self._len, :], v[..., : self._len, :]
+
+        def reserve(self, n: int, key_like: torch.Tensor, value_like: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor, int]:
+            """The key and value buffers with room for ``n`` more positions (grown by doubling), and the
+            current length: the caller writes its rows at that length, then calls :meth:`advance`. Only
+            the shapes, dtypes and device of ``key_like`` / ``value_like`` are read (a forward that writes
+            the buffers itself passes tensors of the final layout, [batch, heads, any, head_dim])."""
+            if not self.is_initialized:
+                self.lazy_initialization(key_like, value_like)
             need = self._len + n
             if self._k is None or need > self._k.shape[-2]:
                 cap = max(256, need, 2 * (0 if self._k is None else self._k.shape[-2]))
-                k = key_states.new_empty((*key_states.shape[:-2], cap, key_states.shape[-1]))
-                v = value_states.new_empty((*value_states.shape[:-2], cap, value_states.shape[-1]))
+                k = key_like.new_empty((*key_like.shape[:-2], cap, key_like.shape[-1]))
+                v = value_like.new_empty((*value_like.shape[:-2], cap, value_like.shape[-1]))
                 if self._k is not None and self._v is not None and self._len:
                     k[..., : self._len, :] = self._k[..., : self._len, :]
                     v[..., : self._len, :] = self._v[..., : self._len, :]
                 self._k, self._v = k, v
             assert self._v is not None
-            self._k[..., self._len : need, :] = key_states
-            self._v[..., self._len : need, :] = value_states
-            self._len = need
-            self.keys = self._k[..., :need, :]
-            self.values = self._v[..., :need, :]
-            return self.keys, self.values
+            return self._k, self._v, self._len
+
+        def advance(self, n: int) -> None:
+            """Count ``n`` positions written after the current length (see :meth:`reserve`)."""
+            assert self._k is not None and self._v is not None
+            self._len += n
+            self.keys = self._k[..., : self._len, :]
+            self.values = self._v[..., : self._len, :]
 
         def crop(self, tokens_to_remove: int) -> None:
             if tokens_to_remove > 0:  # as DynamicLayer: only a negative count (tokens to remove) is defined

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dspark_lsp.models.rowwise_attention import ROWWISE_MAX, rowwise_attention_forward
+from dspark_lsp.models.rowwise_attention import ROWWISE_MAX, allowed_keys, rowwise_attention_forward
 from dspark_lsp.quant.linear import FusedProjections, ProjectionPart, QuantLinear
 
 Projector = Callable[[torch.Tensor], list[torch.Tensor]]
@@ -85,6 +85,71 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
+class NativeLayer:
+    """A layer whose parts are all the quantized kernel's (q/k/v fused, gate/up fused, o and down alone,
+    no dense fallbacks): one call of ``torch.ops.dspark_q.decoder_layer`` runs it for decode and verify
+    rows (quant/decoder_layer.cpp, the same operations as the Python path)."""
+
+    def __init__(self, layer: Any, qkv: QuantLinear, o: QuantLinear, gate_up: QuantLinear, down: QuantLinear,
+                 heads: int, kv_heads: int, head_dim: int) -> None:
+        self.layer, self.parts = layer, (qkv, o, gate_up, down)
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
+        self.eps = float(layer.input_layernorm.variance_epsilon)
+        self.scaling = float(layer.self_attn.scaling)
+
+    def hooked(self) -> bool:
+        """Someone hooked one of the layer's products: the Python path calls hooked modules as modules."""
+        return any(p._forward_hooks or p._forward_pre_hooks for p in self.parts)
+
+    def operands(self) -> tuple[list[torch.Tensor], list[int]]:
+        # Read at each call from the modules (their tensors may have been rebound since the plan was made).
+        weights: list[torch.Tensor] = [self.layer.input_layernorm.weight]
+        meta: list[int] = []
+        empty = torch.empty(0)
+        for i, part in enumerate(self.parts):
+            kind, codes, scale, off, shift, _small = part.__dict__["_op_args"]
+            weights += [codes, scale, off]
+            if i == 0:
+                bias = part.__dict__["_bias"]
+                weights.append(empty if bias is None else bias)
+            if i == 1:
+                weights.append(self.layer.post_attention_layernorm.weight)
+            meta += [kind, shift]
+        meta += [self.heads, self.kv_heads, self.head_dim, self.parts[0].small_m]
+        return weights, meta
+
+    @staticmethod
+    def plan(layer: Any, heads: int, kv_heads: int, head_dim: int) -> NativeLayer | None:
+        attn, mlp = layer.self_attn, layer.mlp
+        qkv = _fused_group(attn, ("q_proj", "k_proj", "v_proj"))
+        gate_up = _fused_group(mlp, ("gate_proj", "up_proj"))
+        o, down = attn.o_proj, mlp.down_proj
+        if qkv is None or gate_up is None or not isinstance(o, QuantLinear) or not isinstance(down, QuantLinear):
+            return None
+        q, kv = heads * head_dim, kv_heads * head_dim
+        if qkv.bounds != [(0, q), (q, q + kv), (q + kv, q + 2 * kv)] or o.bias is not None or down.bias is not None:
+            return None
+        inter = gate_up.fused.out_features // 2
+        if gate_up.bounds != [(0, inter), (inter, 2 * inter)] or gate_up.fused.bias is not None:
+            return None
+        if layer.input_layernorm.variance_epsilon != layer.post_attention_layernorm.variance_epsilon:
+            return None
+        if len({p.small_m for p in (qkv.fused, o, gate_up.fused, down)}) != 1:
+            return None
+        return NativeLayer(layer, qkv.fused, o, gate_up.fused, down, heads, kv_heads, head_dim)
+
+
+def _fused_group(owner: Any, names: tuple[str, ...]) -> FusedProjections | None:
+    mods = [getattr(owner, n) for n in names]
+    if not all(isinstance(m, ProjectionPart) for m in mods):
+        return None
+    group: FusedProjections = object.__getattribute__(mods[0], "_group")
+    if any(object.__getattribute__(m, "_group") is not group for m in mods) or [m.index for m in mods] != list(
+            range(len(group.bounds))):
+        return None
+    return group
+
+
 class LeanQwen2:
     """The per-model plan (projection groups, shapes) and the forward that uses it."""
 
@@ -99,6 +164,11 @@ class LeanQwen2:
                                 _direct(layer.mlp.down_proj)))
         self.head = _direct(model.lm_head)
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        plans = [NativeLayer.plan(layer, cfg.num_attention_heads, cfg.num_key_value_heads, self.head_dim)
+                 for layer in model.model.layers]
+        # All layers or none: a forward either runs every layer natively or every layer in Python.
+        native = [p for p in plans if p is not None]
+        self.native: list[NativeLayer] | None = native if len(native) == len(plans) else None
         self.cache_field = _output_cache_field()
 
     def __call__(self, input_ids: torch.Tensor | None = None, **kwargs: Any) -> Any:
@@ -131,6 +201,41 @@ class LeanQwen2:
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         want_hidden = bool(kwargs.get("output_hidden_states"))
         hidden: list[torch.Tensor] = [h] if want_hidden else []
+        layer_caches = getattr(cache, "layers", None)
+        if self.native is not None and t <= ROWWISE_MAX and layer_caches is not None \
+                and len(layer_caches) == len(self.native) and all(hasattr(c, "reserve") for c in layer_caches) \
+                and not any(plan.hooked() for plan in self.native):
+            h = self._native_layers(h, t, cos, sin, layer_caches, mask, hidden if want_hidden else None)
+        else:
+            h = self._python_layers(h, t, cos, sin, cache, mask, hidden if want_hidden else None)
+        h = _rms(h, inner.norm)
+        if want_hidden:
+            hidden[-1] = h  # as transformers reports it: the last entry is the normed output the head reads
+        keep = int(kwargs.get("logits_to_keep") or 0)
+        logits = self.head(h[:, -keep:] if keep else h)
+        out = CausalLMOutputWithPast(logits=logits, hidden_states=tuple(hidden) if want_hidden else None)
+        out[self.cache_field] = cache  # a ModelOutput is also a dict: the field by its name in this release
+        return out
+
+    def _native_layers(self, h: torch.Tensor, t: int, cos: torch.Tensor, sin: torch.Tensor, layer_caches: list[Any],
+                       mask: torch.Tensor | None, hidden: list[torch.Tensor] | None) -> torch.Tensor:
+        assert self.native is not None
+        # The keys each row may see, once per forward (the mask is the same in every layer).
+        row_keys = [] if mask is None else [allowed_keys(mask, i) for i in range(t)]
+        op = torch.ops.dspark_q.decoder_layer.default
+        first = self.native[0]
+        like = h.new_empty((1, first.kv_heads, 0, first.head_dim))
+        for plan, layer_cache in zip(self.native, layer_caches, strict=True):
+            k_buf, v_buf, past = layer_cache.reserve(t, like, like)
+            weights, meta = plan.operands()
+            h = op(h, weights, meta, plan.eps, plan.scaling, cos, sin, k_buf, v_buf, past, row_keys)
+            layer_cache.advance(t)
+            if hidden is not None:
+                hidden.append(h)
+        return h
+
+    def _python_layers(self, h: torch.Tensor, t: int, cos: torch.Tensor, sin: torch.Tensor, cache: Any,
+                       mask: torch.Tensor | None, hidden: list[torch.Tensor] | None) -> torch.Tensor:
         hd = self.head_dim
         for i, (layer, qkv, o_proj, gate_up, down_proj) in enumerate(self.layers):
             attn = layer.self_attn
@@ -146,16 +251,9 @@ class LeanQwen2:
             h = h + o_proj(a.reshape(1, t, -1).contiguous())
             g, u = gate_up(_rms(h, layer.post_attention_layernorm))
             h = h + down_proj(F.silu(g) * u)
-            if want_hidden:
+            if hidden is not None:
                 hidden.append(h)
-        h = _rms(h, inner.norm)
-        if want_hidden:
-            hidden[-1] = h  # as transformers reports it: the last entry is the normed output the head reads
-        keep = int(kwargs.get("logits_to_keep") or 0)
-        logits = self.head(h[:, -keep:] if keep else h)
-        out = CausalLMOutputWithPast(logits=logits, hidden_states=tuple(hidden) if want_hidden else None)
-        out[self.cache_field] = cache  # a ModelOutput is also a dict: the field by its name in this release
-        return out
+        return h
 
 
 def supports_lean_forward(model: nn.Module) -> bool:
@@ -173,6 +271,7 @@ def use_lean_forward(model: nn.Module) -> bool:
     if not supports_lean_forward(model):
         return False
     lean = LeanQwen2(model)
+    model.__dict__["dspark_lean"] = lean  # the plan, for tests and reports (which layers run natively)
     # An instance attribute: nn.Module.__call__ looks `forward` up on the instance first, and the class's
     # signature (which the engine inspects for keyword names) stays transformers'.
     model.forward = types.MethodType(lambda _self, *a, **kw: lean(*a, **kw), model)  # type: ignore[method-assign]

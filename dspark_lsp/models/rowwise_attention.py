@@ -20,7 +20,7 @@ ROWWISE_MAX = 16
 _registered = False
 
 
-def _allowed(mask: torch.Tensor, row: int) -> torch.Tensor:
+def allowed_keys(mask: torch.Tensor, row: int) -> torch.Tensor:
     """Key positions row ``row`` may attend to, from a bool (True = attend) or additive float mask."""
     m = mask[0, 0, row] if mask.dim() == 4 else mask[row]
     keep = m if m.dtype == torch.bool else m == 0
@@ -41,7 +41,7 @@ def rowwise_attention_forward(
     if q_len == 1 or q_len > ROWWISE_MAX or query.shape[0] != 1:
         if q_len == 1 and attention_mask is not None:
             # One row: its own keys, as below (a mask may still exclude some, e.g. a tree row).
-            idx = _allowed(attention_mask, 0)
+            idx = allowed_keys(attention_mask, 0)
             if idx.numel() != kv_len:
                 key, value = key.index_select(2, idx), value.index_select(2, idx)
             attention_mask = None
@@ -53,7 +53,7 @@ def rowwise_attention_forward(
             n = kv_len - q_len + i + 1
             k_i, v_i = key[:, :, :n], value[:, :, :n]
         else:
-            idx = _allowed(attention_mask, i)
+            idx = allowed_keys(attention_mask, i)
             n = int(idx.numel())
             if n and int(idx[-1]) == n - 1:  # a prefix: a view, no copy
                 k_i, v_i = key[:, :, :n], value[:, :, :n]

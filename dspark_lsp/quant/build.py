@@ -21,7 +21,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-SOURCE = Path(__file__).with_name("qkernel.cpp")
+SOURCES = tuple(Path(__file__).with_name(n) for n in ("qkernel.cpp", "decoder_layer.cpp"))
+HEADERS = (Path(__file__).with_name("qkernel.h"),)
 LIB_NAME = "dspark_q.so"
 ENV_DISABLE = "DSPARK_NO_QKERNEL"  # set to 1 to force the fp32 fallback (tests, debugging)
 
@@ -56,7 +57,7 @@ def _compile_command(out: Path) -> list[str]:
            "-shared", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-w"]
     for inc in cpp_extension.include_paths():
         cmd += ["-isystem", inc]
-    cmd += [str(SOURCE), "-o", str(out), f"-L{torch_lib}", "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{torch_lib}"]
+    cmd += [*(str(src) for src in SOURCES), "-o", str(out), f"-L{torch_lib}", "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{torch_lib}"]
     return cmd
 
 
@@ -64,7 +65,8 @@ def _key() -> str:
     import torch
 
     h = hashlib.sha256()
-    h.update(SOURCE.read_bytes())
+    for src in (*SOURCES, *HEADERS):
+        h.update(src.read_bytes())
     h.update(torch.__version__.encode())
     h.update(_cpu_flags().encode())
     h.update(sys.version.encode())
@@ -76,7 +78,7 @@ def _build(dest: Path, log: Callable[[str], None]) -> None:
     with tempfile.TemporaryDirectory(prefix=".build-", dir=dest.parent) as tmp:
         out = Path(tmp) / LIB_NAME
         cmd = _compile_command(out)
-        log("compiling the quantized-matmul kernel for this CPU (once, ~20 s)")
+        log("compiling the quantized kernels for this CPU (once, ~30 s)")
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         except FileNotFoundError as exc:

@@ -27,6 +27,8 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include "qkernel.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -338,6 +340,10 @@ Mat make_mat(int64_t kind, const at::Tensor& codes, const at::Tensor& scale, con
   return m;
 }
 
+}  // namespace
+
+namespace dspark {
+
 // out[M, N] = x[M, K] @ W^T
 at::Tensor qmm(const at::Tensor& x_in, int64_t kind, const at::Tensor& codes, const at::Tensor& scale,
                const at::Tensor& off, int64_t shift, int64_t small_m) {
@@ -395,9 +401,12 @@ at::Tensor qrows(const at::Tensor& ids_in, int64_t kind, const at::Tensor& codes
   return out;
 }
 
-}  // namespace
+}  // namespace dspark
 
 TORCH_LIBRARY(dspark_q, lib) {
-  lib.def("qmm(Tensor x, int kind, Tensor codes, Tensor scale, Tensor off, int shift, int small_m) -> Tensor", &qmm);
-  lib.def("qrows(Tensor ids, int kind, Tensor codes, Tensor scale, Tensor off, int shift, int K) -> Tensor", &qrows);
+  lib.def("qmm(Tensor x, int kind, Tensor codes, Tensor scale, Tensor off, int shift, int small_m) -> Tensor",
+          &dspark::qmm);
+  lib.def("qrows(Tensor ids, int kind, Tensor codes, Tensor scale, Tensor off, int shift, int K) -> Tensor",
+          &dspark::qrows);
+  dspark::register_decoder_layer(lib);
 }
