@@ -107,6 +107,15 @@ async def test_real_service_end_to_end(client: LanguageClient, tiny_models: tupl
     if result.items:
         assert record.chars == len(result.items[0].insert_text)
         assert record.target_forwards >= 1
+        # The status bar's figures come from the real service's stats (issue 15: the speed-up used to
+        # be written only by the test fake): tokens per target forward, and the last latency.
+        deadline = time.monotonic() + 10
+        while not any(hasattr(p, "lastLatencyMs") for p in client._status):  # type: ignore[attr-defined]
+            assert time.monotonic() < deadline, f"no status with figures: {client._status}"  # type: ignore[attr-defined]
+            await asyncio.sleep(0.05)
+        shown = [p for p in client._status if hasattr(p, "lastLatencyMs")][-1]  # type: ignore[attr-defined]
+        assert shown.state == "ready" and shown.lastLatencyMs > 0
+        assert shown.speedup == record.speedup >= 1.0
 
     # A model that does not exist: error shown, status error, server still answers (empty).
     client.workspace_did_change_configuration(

@@ -132,6 +132,9 @@ class DSparkServer(LanguageServer):
         # Completion requests answered empty before the worker existed (before `initialized`): the
         # worker's counters cannot see them, dspark/stats adds them to its "not_ready" count.
         self.not_ready_early = 0
+        # The last decoded completion's figures, repeated in dspark/status until the next one.
+        self.last_speedup: float | None = None
+        self.last_accepted_per_forward: float | None = None
         self.encoding: Encoding = "utf-16"
         self.init_options: dict[str, Any] = {}
         self.latest_section: dict[str, Any] | None = None
@@ -157,12 +160,21 @@ class DSparkServer(LanguageServer):
             return
         stats = getattr(outcome.result, "stats", None)
         stats = stats if isinstance(stats, dict) else {}
+        if not getattr(outcome.result, "from_cache", False):
+            # The service's figure: tokens per target forward, i.e. how many times fewer target
+            # forwards than the target alone (service._forward_speedup); absent when nothing was
+            # decoded. An answer from the typed-through cache ran no model: the bar keeps the last
+            # decoded completion's figures.
+            speedup = stats.get("speedup")
+            self.last_speedup = float(speedup) if isinstance(speedup, (int, float)) else None
+            per_forward = stats.get("accepted_per_forward")
+            self.last_accepted_per_forward = per_forward if isinstance(per_forward, (int, float)) else None
         self.channel.status(
             READY,
             models.message,
             lastLatencyMs=round(outcome.latency_ms, 1),
-            speedup=stats.get("speedup"),
-            acceptedPerForward=stats.get("accepted_per_forward"),
+            speedup=self.last_speedup,
+            acceptedPerForward=self.last_accepted_per_forward,
         )
 
     def report_server_error(self, error: Exception, source: Any) -> None:

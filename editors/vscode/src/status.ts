@@ -6,7 +6,13 @@ export type ServerState = "starting" | "loading" | "ready" | "error" | "disabled
 export interface StatusPayload {
   state: ServerState;
   message: string;
+  /** ms from the request to the answer (debounce included), for the last completion. */
   lastLatencyMs?: number;
+  /**
+   * The server's speed-up for the last decoded completion: target forwards the target alone would have
+   * run (one per token) over the forwards run, i.e. tokens per target forward. It counts forwards, not
+   * seconds, so the tooltip says so.
+   */
   speedup?: number;
   acceptedPerForward?: number;
 }
@@ -54,9 +60,8 @@ export function renderStatus(status: StatusPayload, enabled: boolean): StatusVie
     figures.push(`last completion ${formatLatency(status.lastLatencyMs)}`);
   }
   if (status.speedup !== undefined) {
-    figures.push(`${status.speedup.toFixed(2)}× faster than the target alone`);
-  }
-  if (status.acceptedPerForward !== undefined) {
+    figures.push(`${status.speedup.toFixed(2)}× fewer target forwards than the target alone (tokens per target forward)`);
+  } else if (status.acceptedPerForward !== undefined) {
     figures.push(`${status.acceptedPerForward.toFixed(2)} tokens per target forward`);
   }
   const lines = [`DSpark: ${enabled ? status.state : "disabled"}`];

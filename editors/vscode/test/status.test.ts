@@ -13,8 +13,12 @@ test("ready shows last latency and speedup", () => {
   const v = renderStatus(parseStatus({ state: "ready", message: "", lastLatencyMs: 84.6, speedup: 2.345, acceptedPerForward: 3.2 }), true);
   assert.equal(v.text, "$(zap) DSpark 85 ms · 2.3×");
   assert.match(v.tooltip, /last completion 85 ms/);
-  assert.match(v.tooltip, /2\.35× faster/);
-  assert.match(v.tooltip, /3\.20 tokens per target forward/);
+  // The speed-up counts target forwards (tokens per target forward), and the tooltip says so.
+  assert.match(v.tooltip, /2\.35× fewer target forwards than the target alone \(tokens per target forward\)/);
+  assert.doesNotMatch(v.tooltip, /faster/);
+  // Without a speed-up (an older server), the tooltip still shows the tokens per forward it got.
+  const old = renderStatus(parseStatus({ state: "ready", message: "", acceptedPerForward: 3.2 }), true);
+  assert.match(old.tooltip, /3\.20 tokens per target forward/);
 });
 
 test("ready without figures, and seconds for slow completions", () => {
