@@ -11,18 +11,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dspark_lsp.errors import UserError
+from dspark_lsp.lsp.transport_args import add_transport_arguments, transport_of
 
 if TYPE_CHECKING:
     from dspark_lsp.service import ServiceConfig
 
 PROG = "dspark-lsp"
-
-
-def _parse_tcp(value: str) -> tuple[str, int]:
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {value!r}")
-    return host or "127.0.0.1", int(port)
 
 
 def _add_complete_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -137,8 +131,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="DSpark LSP: code completions over LSP with lossless speculative decoding.",
     )
-    parser.add_argument("--stdio", action="store_true", help="run the language server over stdin/stdout")
-    parser.add_argument("--tcp", type=_parse_tcp, metavar="HOST:PORT", help="run the language server over TCP")
+    add_transport_arguments(
+        parser,
+        stdio_help="run the language server over stdin/stdout",
+        tcp_help="run the language server over TCP",
+    )
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--log-file", default=None)
     parser.add_argument("--version", action="store_true")
@@ -168,12 +165,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             print(f"{PROG} {version('dspark-lsp')}")
             return 0
-        if args.stdio or args.tcp:
+        transport = transport_of(args)
+        if transport.chosen:
             if args.command:
                 raise UserError("--stdio/--tcp run the server; do not combine them with a sub-command")
+            for warning in transport.warnings:
+                print(f"{PROG}: warning: {warning}", file=sys.stderr)
             from dspark_lsp.lsp.server import run_server
 
-            return run_server(stdio=bool(args.stdio), tcp=args.tcp, log_level=args.log_level, log_file=args.log_file)
+            return run_server(
+                stdio=transport.stdio, tcp=transport.tcp, log_level=args.log_level, log_file=args.log_file
+            )
         if not args.command:
             parser.print_help(sys.stderr)
             return 2

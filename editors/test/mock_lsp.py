@@ -146,7 +146,14 @@ class MockServer:
         return True
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args.count("--stdio") > 1:
+        # Stricter than the real server (which tolerates a repeat with a warning), so the editor tests
+        # that start this mock catch a client that passes --stdio twice (issue 15: the extension's own
+        # flag plus the one vscode-languageclient appends for TransportKind.stdio).
+        print(f"dspark-mock: --stdio given {args.count('--stdio')} times: {args}", file=sys.stderr)
+        return 2
     server = MockServer(sys.stdout.buffer)
     while True:
         msg = read_message(sys.stdin.buffer)

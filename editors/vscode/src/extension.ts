@@ -5,7 +5,6 @@ import {
   LanguageClientOptions,
   ServerOptions,
   State,
-  TransportKind,
 } from "vscode-languageclient/node";
 import { INSTALL_HINT, Launch, probeLaunch, resolveLaunch, which } from "./launch";
 import { actionForChange, didChangeConfigurationParams, initializationOptions, readServerSettings, ServerSettings } from "./settings";
@@ -98,7 +97,10 @@ export class DsparkController implements vscode.Disposable {
       return;
     }
 
-    const serverOptions: ServerOptions = { command: launch.command, args: launch.args, transport: TransportKind.stdio };
+    // No `transport` here: with TransportKind.stdio vscode-languageclient appends its own `--stdio` to
+    // the arguments, and launch.args already ends with the one the server needs (it was started as
+    // `dspark-lsp --stdio --stdio`). Left undefined, the client still talks over the child's stdin/stdout.
+    const serverOptions: ServerOptions = { command: launch.command, args: launch.args };
     const clientOptions: LanguageClientOptions = {
       documentSelector: LANGUAGES.flatMap((language) => [
         { scheme: "file", language },
