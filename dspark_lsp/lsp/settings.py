@@ -10,14 +10,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from dspark_lsp.lsp.settings_schema import BY_NAME
+
 SECTION = "dspark"
-MAX_DEBOUNCE_MS = 5000
+_ENABLE = BY_NAME["enable"]
+_DEBOUNCE = BY_NAME["debounceMs"]
+MAX_DEBOUNCE_MS = int(_DEBOUNCE.maximum or 0)
 
 
 @dataclass(frozen=True)
 class LspSettings:
-    enable: bool = True
-    debounce_ms: int = 150
+    # Defaults and checks from the one settings schema (settings_schema.py), which the editors share.
+    enable: bool = bool(_ENABLE.default)
+    debounce_ms: int = int(_DEBOUNCE.default or 0)
 
     @classmethod
     def from_settings(cls, settings: dict[str, Any]) -> tuple[LspSettings, list[str]]:
@@ -25,25 +30,18 @@ class LspSettings:
         problems: list[str] = []
         enable = cls.enable
         debounce = cls.debounce_ms
-        if "enable" in settings and settings["enable"] is not None:
-            value = settings["enable"]
-            if isinstance(value, bool):
-                enable = value
+        value = settings.get("enable")
+        if value is not None:
+            if (problem := _ENABLE.problem(value)) is None:
+                enable = bool(value)
             else:
-                problems.append(f"dspark.enable must be true or false, got {value!r}; using {enable}")
-        if "debounceMs" in settings and settings["debounceMs"] is not None:
-            value = settings["debounceMs"]
-            if (
-                isinstance(value, (int, float))
-                and not isinstance(value, bool)
-                and 0 <= value <= MAX_DEBOUNCE_MS
-            ):
+                problems.append(problem)
+        value = settings.get("debounceMs")
+        if value is not None:
+            if (problem := _DEBOUNCE.problem(value)) is None:
                 debounce = int(value)
             else:
-                problems.append(
-                    f"dspark.debounceMs must be a number from 0 to {MAX_DEBOUNCE_MS}, got {value!r}; "
-                    f"using {debounce}"
-                )
+                problems.append(problem)
         return cls(enable=enable, debounce_ms=debounce), problems
 
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from lsprotocol import types
 
 from dspark_lsp.lsp.settings import SECTION, LspSettings, merge, section_of
+from dspark_lsp.lsp.settings_schema import validate
 
 if TYPE_CHECKING:
     from dspark_lsp.lsp.server import DSparkServer
@@ -26,8 +27,11 @@ def apply_settings(server: DSparkServer, *, reason: str) -> None:
         )
         server.channel.status("error", f"service unavailable: {exc}")
         return
-    settings = merge(server.init_options, server.latest_section)
-    lsp_settings, problems = LspSettings.from_settings(settings)
+    # The schema's checks first (names, types, ranges: the editors were generated from the same table),
+    # so the service only ever sees valid values; its own checks remain for cross-field rules.
+    settings, problems = validate(merge(server.init_options, server.latest_section))
+    lsp_settings, lsp_problems = LspSettings.from_settings(settings)
+    problems.extend(lsp_problems)
     try:
         config, config_problems = backend.config_from_settings(settings, None)
     except Exception as exc:  # from_settings should report, not raise; survive it if it does

@@ -62,28 +62,34 @@ export interface SettingsResult {
 
 type Check = (value: unknown) => boolean;
 
+/** The dtypes the server loads (dspark_lsp.models.loader.DTYPES). */
+const DTYPES: readonly string[] = ["auto", "gguf", "float32", "bfloat16", "float16"];
+
 const isString: Check = (v) => typeof v === "string" && v.trim().length > 0;
 const isBool: Check = (v) => typeof v === "boolean";
-const inRange = (lo: number, hi: number, integer: boolean): Check => (v) =>
-  typeof v === "number" && Number.isFinite(v) && v >= lo && v <= hi && (!integer || Number.isInteger(v));
+/** `openLow`: lo itself is invalid, (lo, hi]. */
+const inRange = (lo: number, hi: number, integer: boolean, openLow = false): Check => (v) =>
+  typeof v === "number" && Number.isFinite(v) && (openLow ? v > lo : v >= lo) && v <= hi && (!integer || Number.isInteger(v));
 
+// The server's ranges, from its one settings schema (dspark_lsp/lsp/settings_schema.py, which also
+// generates package.json's configuration); tests/test_settings_schema.py fails when these disagree.
 const CHECKS: Record<keyof ServerSettings, [Check, string]> = {
   enable: [isBool, "true or false"],
   model: [isString, "a non-empty string"],
   // null means "the pair's own draft"; an empty string in the settings UI means the same.
   draftModel: [(v) => v === null || typeof v === "string", "null or a string"],
   device: [isString, "a non-empty string"],
-  dtype: [isString, "a non-empty string"],
+  dtype: [(v) => typeof v === "string" && DTYPES.includes(v), `one of ${DTYPES.join(", ")}`],
   packWeights: [(v) => v === "auto" || v === "on" || v === "off", '"auto", "on" or "off"'],
-  threshold: [inRange(0, 1, false), "a number in [0, 1]"],
+  threshold: [inRange(0, 1, false, true), "a number in (0, 1]"],
   kMin: [inRange(1, 16, true), "an integer in [1, 16]"],
   kMax: [inRange(1, 16, true), "an integer in [1, 16]"],
   alternates: [inRange(0, 8, true), "an integer in [0, 8]"],
-  maxNewTokens: [inRange(1, 4096, true), "an integer in [1, 4096]"],
-  contextWindow: [inRange(16, 131072, true), "an integer in [16, 131072]"],
-  prefixShare: [inRange(0, 1, false), "a number in [0, 1]"],
+  maxNewTokens: [inRange(1, 2048, true), "an integer in [1, 2048]"],
+  contextWindow: [inRange(32, 32768, true), "an integer in [32, 32768]"],
+  prefixShare: [inRange(0.1, 1, false), "a number in [0.1, 1]"],
   relaxed: [isBool, "true or false"],
-  debounceMs: [inRange(0, 10000, true), "an integer in [0, 10000] (milliseconds)"],
+  debounceMs: [inRange(0, 5000, true), "an integer in [0, 5000] (milliseconds)"],
   multiline: [(v) => v === "auto" || v === "always" || v === "never", '"auto", "always" or "never"'],
 };
 

@@ -1,23 +1,41 @@
 -- The plugin's options: defaults, validation with clear messages, and the server command.
 local M = {}
 
-M.SERVER_SETTINGS = {
-  enable = "boolean",
-  model = "string",
-  draftModel = "string",
-  device = "string",
-  dtype = "string",
-  threshold = "number",
-  kMin = "number",
-  kMax = "number",
-  alternates = "number",
-  maxNewTokens = "number",
-  contextWindow = "number",
-  prefixShare = "number",
-  relaxed = "boolean",
-  debounceMs = "number",
-  multiline = "string",
-}
+-- The server settings setup({ settings = {...} }) accepts, with the server's types, ranges and defaults:
+-- schema.lua is generated from the server's one schema (dspark_lsp/lsp/settings_schema.py), so a range
+-- cannot drift here (tests/test_settings_schema.py checks the file is current).
+M.SCHEMA = {}
+M.SERVER_SETTINGS = {} -- name -> the Lua type of its value
+M.SERVER_DEFAULTS = {} -- name -> the server's default (what an unset setting means)
+for _, s in ipairs(require("dspark.schema")) do
+  M.SCHEMA[s.name] = s
+  M.SERVER_SETTINGS[s.name] = (s.type == "integer") and "number" or s.type
+  M.SERVER_DEFAULTS[s.name] = s.default
+end
+
+--- nil when `value` is valid for the schema entry `s`, else the problem in words.
+local function server_setting_problem(s, value)
+  if value == vim.NIL then
+    return (not s.nullable) and string.format("server setting '%s' must be %s, got null", s.name, s.expected) or nil
+  end
+  local want = M.SERVER_SETTINGS[s.name]
+  if type(value) ~= want then
+    return string.format("server setting '%s' must be a %s, got %s", s.name, want, type(value))
+  end
+  local bad = false
+  if want == "number" then
+    bad = value ~= value
+      or (s.type == "integer" and math.floor(value) ~= value)
+      or (s.minimum ~= nil and (s.exclusive_minimum and value <= s.minimum or value < s.minimum))
+      or (s.maximum ~= nil and value > s.maximum)
+  elseif want == "string" then
+    bad = (s.non_empty and value == "") or (s.enum ~= nil and not vim.tbl_contains(s.enum, value))
+  end
+  if bad then
+    return string.format("server setting '%s' must be %s, got %s", s.name, s.expected, vim.inspect(value))
+  end
+  return nil
+end
 
 M.defaults = {
   -- Server command; nil: `python -m dspark_lsp.cli --stdio` when `python` is set, else `dspark-lsp --stdio`
@@ -73,12 +91,15 @@ function M.resolve(opts)
     return nil, "option 'native' must be \"auto\", true or false"
   end
   for key, value in pairs(opts.settings or {}) do
-    local want = M.SERVER_SETTINGS[key]
-    if want == nil then
-      return nil, "unknown server setting '" .. tostring(key) .. "' (known: " .. table.concat(vim.tbl_keys(M.SERVER_SETTINGS), ", ") .. ")"
+    local s = M.SCHEMA[key]
+    if s == nil then
+      local known = vim.tbl_keys(M.SCHEMA)
+      table.sort(known)
+      return nil, "unknown server setting '" .. tostring(key) .. "' (known: " .. table.concat(known, ", ") .. ")"
     end
-    if type(value) ~= want and not (key == "draftModel" and value == vim.NIL) then
-      return nil, string.format("server setting '%s' must be a %s, got %s", key, want, type(value))
+    local problem = server_setting_problem(s, value)
+    if problem then
+      return nil, problem
     end
   end
   if opts.cmd ~= nil and (#opts.cmd == 0 or type(opts.cmd[1]) ~= "string") then
