@@ -57,13 +57,22 @@ class LoadedLanguage:
 
 
 def grammars_dir() -> Path:
-    """``$DSPARK_GRAMMARS_DIR`` or the ``grammars/`` folder at the repository root."""
+    """``$DSPARK_GRAMMARS_DIR``, else the package's own ``dspark_lsp/grammars/``, else the ``grammars/``
+    folder at the repository root.
+
+    The data lives in the top-level ``grammars/`` of a checkout; ``dspark_lsp/grammars`` is a symlink to
+    it, which the wheel build follows, so an installed (non-editable) package carries its grammars. The
+    root fallback serves a checkout where git made no symlink (core.symlinks=false).
+    """
     env = os.environ.get(GRAMMARS_ENV)
     if env:
         path = Path(env).expanduser()
         if not path.is_dir():
             raise UserError(f"{GRAMMARS_ENV}={env!r} is not a directory")
         return path
+    packaged = Path(__file__).resolve().parents[1] / "grammars"
+    if packaged.is_dir():
+        return packaged
     return Path(__file__).resolve().parents[2] / "grammars"
 
 
