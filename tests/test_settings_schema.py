@@ -258,3 +258,24 @@ def test_server_reports_out_of_range_settings_in_the_schemas_words() -> None:
 
 def test_generator_check_mode_is_clean() -> None:
     assert schema.main(["--check"]) == 0
+
+
+def test_readme_settings_table_agrees() -> None:
+    """README's "Server settings" table: every setting has a row, with the schema's default and range."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("### Server settings") :]
+    rows = [line for line in section.split("\n\n", 3)[2].splitlines() if line.startswith("| `")]
+    for s in SETTINGS:
+        row = next((r for r in rows if f"`{s.name}`" in r.split("|")[1]), None)
+        assert row is not None, f"README's settings table has no row for {s.name}"
+        cells = [c.strip() for c in row.split("|")[1:-1]]
+        names = [n.strip(" `") for n in cells[0].split(" / ")]
+        default = schema._json(s.default) if not isinstance(s.default, float) else schema._num(s.default)
+        defaults = cells[1].split(" / ")  # one per name, or one shared by all ("`device` / `dtype`")
+        shown = defaults[names.index(s.name)] if len(defaults) == len(names) else cells[1]
+        assert f"`{default}`" in shown, f"README default of {s.name}: {cells[1]}"
+        if s.minimum is not None and s.maximum is not None:
+            lo = "(" if s.exclusive_minimum else "["
+            assert f"{lo}{schema._num(s.minimum)}, {schema._num(s.maximum)}]" in cells[2], f"README range of {s.name}"
+        for value in s.enum or ():
+            assert f"`{value}`" in cells[2], f"README values of {s.name}: {cells[2]}"
