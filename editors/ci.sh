@@ -25,6 +25,9 @@ if ! command -v nvim >/dev/null; then
 fi
 echo "node $(node --version), npm $(npm --version), $(nvim --version | head -1), python: $python"
 
+step "settings schema: package.json and the Neovim schema.lua are as generated"
+(cd "$repo" && "$python" -m dspark_lsp.lsp.settings_schema --check)
+
 step "VS Code: npm ci"
 cd "$here/vscode"
 npm ci --no-audit --no-fund --loglevel=error
