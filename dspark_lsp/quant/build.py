@@ -2,7 +2,7 @@
 
 It is built with the machine's own C++ compiler for the CPU it runs on (``-march=native``), against the
 installed torch's headers, and cached under the model cache (``<root>/kernels/<hash>/``) keyed by the
-source, torch version and CPU flags, so a second start loads it in milliseconds. Compiling takes ~20 s on
+source, torch version and CPU flags, so a second start loads it in milliseconds. Compiling takes ~30 s on
 two cores. Anything that goes wrong (no compiler, headers missing, a non-x86 CPU the flags do not suit)
 is reported as :class:`KernelUnavailable` with one line saying why; callers fall back to fp32 weights.
 """
