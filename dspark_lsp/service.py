@@ -411,9 +411,12 @@ class CompletionService:
             # "gguf": the target computes from its GGUF's quantized blocks; else its torch dtype
             "weights": self.weights,
         }
-        speedup = _forward_speedup(st.new_tokens, st.target_forwards)
-        if speedup is not None:
-            stats["speedup"] = speedup
+        if st.new_tokens > 0 and st.target_forwards > 0:
+            # The speed-up status bars show: the target alone runs one forward per token (the prefill
+            # counts once and yields the first), so forwards saved = tokens per target forward. It counts
+            # forwards, not seconds (a verify forward of several tokens costs more than a 1-token one,
+            # engine.costs), so the wall-clock gain is at most this. Absent when nothing was decoded.
+            stats["speedup"] = stats["accepted_per_forward"]
         result = CompletionResult(
             text=text,
             prompt=fp.text,
@@ -476,20 +479,6 @@ class CompletionService:
                  "stop_reason": result.stop_reason}
         entry.update({k: v for k, v in result.stats.items() if not isinstance(v, list)})
         self._recent.append(entry)
-
-
-def _forward_speedup(new_tokens: int, target_forwards: int) -> float | None:
-    """The speed-up status bars show: target forwards the target alone would have run for these
-    tokens, divided by the forwards this completion ran.
-
-    The target alone runs one forward per token (the prefill counts once and yields the first, see
-    DecodeStats.target_forwards), so the ratio is tokens per target forward. It counts forwards, not
-    seconds: a verify forward of several tokens can cost more than a 1-token one (engine.costs), so
-    the wall-clock gain is at most this. None when nothing was decoded (no ratio to speak of).
-    """
-    if new_tokens <= 0 or target_forwards <= 0:
-        return None
-    return round(new_tokens / target_forwards, 3)
 
 
 def _clean(text: str, after: str, scope: str) -> str:

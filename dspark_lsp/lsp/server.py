@@ -162,7 +162,7 @@ class DSparkServer(LanguageServer):
         stats = stats if isinstance(stats, dict) else {}
         if not getattr(outcome.result, "from_cache", False):
             # The service's figure: tokens per target forward, i.e. how many times fewer target
-            # forwards than the target alone (service._forward_speedup); absent when nothing was
+            # forwards than the target alone (CompletionService.complete); absent when nothing was
             # decoded. An answer from the typed-through cache ran no model: the bar keeps the last
             # decoded completion's figures.
             speedup = stats.get("speedup")
