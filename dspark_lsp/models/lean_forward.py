@@ -43,6 +43,8 @@ def _direct(module: nn.Module) -> Linear:
         return run(x)
 
     return call
+
+
 def _output_cache_field() -> str:
     import dataclasses
 
@@ -59,20 +61,28 @@ _HANDLED = frozenset({"input_ids", "cache", "past_key_values", "use_cache", "log
 def _projector(owner: Any, names: tuple[str, ...]) -> Projector:
     """One call giving each named projection's output: a single kernel call when they are the parts of one
     fused group, else each module in turn (the results are the same either way)."""
-    mods = [getattr(owner, n) for n in names]
-    groups = {id(object.__getattribute__(m, "_group")) for m in mods if isinstance(m, ProjectionPart)}
-    if len(groups) == 1 and all(isinstance(m, ProjectionPart) for m in mods):
-        group: FusedProjections = object.__getattribute__(mods[0], "_group")
-        if [m.index for m in mods] == list(range(len(group.bounds))):
-            fused, bounds = _direct(group.fused), group.bounds
+    group = _fused_group(owner, names)
+    if group is not None:
+        fused, bounds = _direct(group.fused), group.bounds
 
-            def run_fused(x: torch.Tensor) -> list[torch.Tensor]:
-                y = fused(x)
-                return [y[..., lo:hi] for lo, hi in bounds]
+        def run_fused(x: torch.Tensor) -> list[torch.Tensor]:
+            y = fused(x)
+            return [y[..., lo:hi] for lo, hi in bounds]
 
-            return run_fused
-    calls = [_direct(m) for m in mods]
+        return run_fused
+    calls = [_direct(getattr(owner, n)) for n in names]
     return lambda x: [c(x) for c in calls]
+
+
+def _fused_group(owner: Any, names: tuple[str, ...]) -> FusedProjections | None:
+    """The fused group whose parts, in order, are exactly ``owner``'s projections ``names``, else None."""
+    mods = [getattr(owner, n) for n in names]
+    if not all(isinstance(m, ProjectionPart) for m in mods):
+        return None
+    group: FusedProjections = object.__getattribute__(mods[0], "_group")
+    if any(object.__getattribute__(m, "_group") is not group for m in mods):
+        return None
+    return group if [m.index for m in mods] == list(range(len(group.bounds))) else None
 
 
 def _rms(x: torch.Tensor, norm: Any) -> torch.Tensor:
@@ -80,9 +90,10 @@ def _rms(x: torch.Tensor, norm: Any) -> torch.Tensor:
     return norm.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon))
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # apply_rotary_pos_emb's exact sequence: x * cos + rotate_half(x) * sin.
     half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return (x * cos) + (torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin)
 
 
 class NativeLayer:
@@ -137,17 +148,6 @@ class NativeLayer:
         if len({p.small_m for p in (qkv.fused, o, gate_up.fused, down)}) != 1:
             return None
         return NativeLayer(layer, qkv.fused, o, gate_up.fused, down, heads, kv_heads, head_dim)
-
-
-def _fused_group(owner: Any, names: tuple[str, ...]) -> FusedProjections | None:
-    mods = [getattr(owner, n) for n in names]
-    if not all(isinstance(m, ProjectionPart) for m in mods):
-        return None
-    group: FusedProjections = object.__getattribute__(mods[0], "_group")
-    if any(object.__getattribute__(m, "_group") is not group for m in mods) or [m.index for m in mods] != list(
-            range(len(group.bounds))):
-        return None
-    return group
 
 
 class LeanQwen2:
@@ -243,8 +243,7 @@ class LeanQwen2:
             q = q.view(1, t, -1, hd).transpose(1, 2)
             k = k.view(1, t, -1, hd).transpose(1, 2)
             v = v.view(1, t, -1, hd).transpose(1, 2)
-            q = (q * cos) + (_rotate_half(q) * sin)
-            k = (k * cos) + (_rotate_half(k) * sin)
+            q, k = _rope(q, cos, sin), _rope(k, cos, sin)
             k, v = cache.update(k, v, i)
             a, _ = rowwise_attention_forward(attn, q, k, v, mask, dropout=0.0, scaling=attn.scaling,
                                              sliding_window=None)
