@@ -357,18 +357,8 @@ def run_bench(args: argparse.Namespace) -> int:
     report["settings"]["verify_cost_raw_ms"] = {str(k): v for k, v in raw_cost.items()}
     report["settings"]["pad_to"] = {str(k): v for k, v in pad_to.items()}
     if args.forward_cost:
-        report["forward_cost_ms"] = _forward_costs(target, draft, context=args.context_window)
         peer = llama.get("llamacpp_lookup") or llama.get("llamacpp_greedy")
-        if peer is not None:
-            # The peer's forward on the same machine right after ours, then ours again: the faster of our
-            # two runs stands (the host's load drifts over a run).
-            fc = report["forward_cost_ms"]
-            g = torch.Generator().manual_seed(0)
-            ctx = torch.randint(0, min(int(target.config.vocab_size), 100_000), (args.context_window,),
-                                generator=g).tolist()
-            fc["llamacpp"] = {str(n): ms for n, ms in peer.forward_costs(ctx, FORWARD_SIZES).items()}
-            again = measure_verify_cost(target, context=args.context_window, sizes=FORWARD_SIZES, repeats=5)
-            fc["target"] = {str(n): min(float(fc["target"][str(n)]), ms) for n, ms in again.items()}
+        report["forward_cost_ms"] = _forward_costs(target, draft, context=args.context_window, peer=peer)
     if args.syntax:
         report["syntax_step_cost"] = _syntax_costs()
     _print_table(report)
@@ -418,13 +408,20 @@ def _median_ms(fn: Any, repeats: int = 5) -> float:
 FORWARD_SIZES = (1, 2, 4, 6, 8)
 
 
-def _forward_costs(target: Any, draft: DraftSource | None, context: int) -> dict[str, Any]:
+def _forward_costs(target: Any, draft: DraftSource | None, context: int,
+                   peer: LlamaCppRunner | None = None) -> dict[str, Any]:
     """Fastest-of-5 ms of one target forward of n tokens on a ``context``-token KV cache, raw (the
-    scheduler's calibration, without its monotone smoothing), and median ms of the draft's steps."""
+    scheduler's calibration, without its monotone smoothing), and median ms of the draft's steps. With
+    ``peer``, llama.cpp's forward on the same context right after ours, then ours again: the faster of
+    our two runs stands (the host's load drifts over a run)."""
     raw = measure_verify_cost(target, context=context, sizes=FORWARD_SIZES, repeats=5)
     out: dict[str, Any] = {"context": context, "target": {str(n): ms for n, ms in raw.items()}}
     g = torch.Generator().manual_seed(0)
     ctx = torch.randint(0, min(int(target.config.vocab_size), 100_000), (context,), generator=g).tolist()
+    if peer is not None:
+        out["llamacpp"] = {str(n): ms for n, ms in peer.forward_costs(ctx, FORWARD_SIZES).items()}
+        again = measure_verify_cost(target, context=context, sizes=FORWARD_SIZES, repeats=5)
+        out["target"] = {str(n): min(raw[n], again[n]) for n in FORWARD_SIZES}
     model_src = getattr(draft, "model_source", draft)
     if model_src is not None and not isinstance(model_src, NgramDraftSource):
         src = model_src
