@@ -48,28 +48,27 @@ def _kernel() -> None:
 
 # Three type mixes (one per random model) that together put every supported type in a model: the q/k/v
 # and gate/up groups fuse when their layouts match (kind, zero point, scales per group, offsets or not).
+_ROLES = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
+
+
+def _mix(embedding: T, head: T, *layers: tuple[T, ...]) -> dict[str, T]:
+    """GGUF tensor name -> type: the embedding, the head, and each layer's projections in _ROLES order."""
+    mix = {"token_embd.weight": embedding, "output.weight": head}
+    for i, types in enumerate(layers):
+        mix.update({f"blk.{i}.{role}.weight": t for role, t in zip(_ROLES, types, strict=True)})
+    return mix
+
+
 _MIXES: list[dict[str, T]] = [
-    {"token_embd.weight": T.Q8_0, "output.weight": T.Q8_0,
-     "blk.0.attn_q.weight": T.Q8_0, "blk.0.attn_k.weight": T.Q5_0, "blk.0.attn_v.weight": T.Q5_0,
-     "blk.0.attn_output.weight": T.Q4_0, "blk.0.ffn_gate.weight": T.Q5_0, "blk.0.ffn_up.weight": T.Q8_0,
-     "blk.0.ffn_down.weight": T.Q4_K,
-     "blk.1.attn_q.weight": T.Q4_0, "blk.1.attn_k.weight": T.Q4_1, "blk.1.attn_v.weight": T.Q5_1,
-     "blk.1.attn_output.weight": T.Q8_0, "blk.1.ffn_gate.weight": T.Q4_1, "blk.1.ffn_up.weight": T.Q4_1,
-     "blk.1.ffn_down.weight": T.Q6_K},
-    {"token_embd.weight": T.Q4_0, "output.weight": T.Q5_1,
-     "blk.0.attn_q.weight": T.Q4_1, "blk.0.attn_k.weight": T.Q4_1, "blk.0.attn_v.weight": T.Q4_1,
-     "blk.0.attn_output.weight": T.Q5_1, "blk.0.ffn_gate.weight": T.Q8_0, "blk.0.ffn_up.weight": T.Q4_0,
-     "blk.0.ffn_down.weight": T.Q5_K,
-     "blk.1.attn_q.weight": T.Q5_1, "blk.1.attn_k.weight": T.Q5_1, "blk.1.attn_v.weight": T.Q5_1,
-     "blk.1.attn_output.weight": T.Q4_1, "blk.1.ffn_gate.weight": T.Q4_0, "blk.1.ffn_up.weight": T.Q4_0,
-     "blk.1.ffn_down.weight": T.Q4_K},
-    {"token_embd.weight": T.Q5_0, "output.weight": T.Q4_1,
-     "blk.0.attn_q.weight": T.Q4_0, "blk.0.attn_k.weight": T.Q4_0, "blk.0.attn_v.weight": T.Q4_0,
-     "blk.0.attn_output.weight": T.Q5_0, "blk.0.ffn_gate.weight": T.Q5_1, "blk.0.ffn_up.weight": T.Q5_1,
-     "blk.0.ffn_down.weight": T.Q6_K,
-     "blk.1.attn_q.weight": T.Q8_0, "blk.1.attn_k.weight": T.Q8_0, "blk.1.attn_v.weight": T.Q8_0,
-     "blk.1.attn_output.weight": T.Q4_0, "blk.1.ffn_gate.weight": T.Q8_0, "blk.1.ffn_up.weight": T.Q5_0,
-     "blk.1.ffn_down.weight": T.Q5_K},
+    _mix(T.Q8_0, T.Q8_0,
+         (T.Q8_0, T.Q5_0, T.Q5_0, T.Q4_0, T.Q5_0, T.Q8_0, T.Q4_K),
+         (T.Q4_0, T.Q4_1, T.Q5_1, T.Q8_0, T.Q4_1, T.Q4_1, T.Q6_K)),
+    _mix(T.Q4_0, T.Q5_1,
+         (T.Q4_1, T.Q4_1, T.Q4_1, T.Q5_1, T.Q8_0, T.Q4_0, T.Q5_K),
+         (T.Q5_1, T.Q5_1, T.Q5_1, T.Q4_1, T.Q4_0, T.Q4_0, T.Q4_K)),
+    _mix(T.Q5_0, T.Q4_1,
+         (T.Q4_0, T.Q4_0, T.Q4_0, T.Q5_0, T.Q5_1, T.Q5_1, T.Q6_K),
+         (T.Q8_0, T.Q8_0, T.Q8_0, T.Q4_0, T.Q8_0, T.Q5_0, T.Q5_K)),
 ]
 
 # The kernel layout of each type (blocks.pack): code layout, zero point, scales per 32 values, offsets.
