@@ -153,6 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     from dspark_lsp.bench.cli import add_bench_parser
 
     add_bench_parser(sub)
+    from dspark_lsp.evaluation.cli import add_eval_parser
+
+    add_eval_parser(sub)
     return parser
 
 

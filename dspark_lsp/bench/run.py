@@ -14,10 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +32,7 @@ from dspark_lsp.engine.draft import DraftSource
 from dspark_lsp.engine.model_draft import HybridDraftSource, ModelDraftSource, lookup_of
 from dspark_lsp.engine.ngram import NgramDraftSource
 from dspark_lsp.errors import UserError
+from dspark_lsp.evaluation.execution import passes
 from dspark_lsp.models.gguf_target import weights_kind
 from dspark_lsp.models.loader import cpu_has_native_bf16
 from dspark_lsp.prompt import build_fim_prompt, outside_window_ids
@@ -99,19 +97,6 @@ def _hf_generate(model: Any, ids: list[int], max_new: int, eos: list[int], **kw:
         if t in eos:
             return out[:i]
     return out
-
-
-def _run_python_check(program: str, timeout: float = 10.0) -> bool:
-    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as fh:
-        fh.write(program)
-        path = fh.name
-    try:
-        proc = subprocess.run([sys.executable, path], capture_output=True, timeout=timeout)
-        return proc.returncode == 0
-    except subprocess.TimeoutExpired:
-        return False
-    finally:
-        os.unlink(path)
 
 
 def run_bench(args: argparse.Namespace) -> int:
@@ -344,10 +329,10 @@ def run_bench(args: argparse.Namespace) -> int:
                 text = decode_text(out)
                 cut = pp.tracker_factory().stop_index(text, final=True)
                 completion = text if cut is None else text[:cut]
-                before, after = pp.prompt.text[: pp.prompt.offset], pp.prompt.text[pp.prompt.offset :]
-                program = f"{before}{completion}{after}\n{pp.prompt.test}\ncheck({pp.prompt.entry_point})\n"
                 r.pass_total += 1
-                r.passed += int(_run_python_check(program))
+                r.passed += int(
+                    passes(pp.prompt.text, pp.prompt.offset, completion, pp.prompt.test, pp.prompt.entry_point)
+                )
         done = results["target_only"]
         log(f"[{i + 1}/{len(prepared)}] {pp.prompt.id}: target_only {done.per_prompt_seconds[-1]:.1f}s")
 

@@ -1,0 +1,190 @@
+"""`dspark-lsp eval`: pass@1, exact match, edit similarity, empty rate, length and latency of the
+completions the server gives, beside the ceilings (raw model output, oracle cut) and llama.cpp's infill."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from dspark_lsp.errors import UserError
+
+PROG = "dspark-lsp eval"
+
+
+def add_eval_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "eval", help="completion quality through the server's code path (pass@1, exact match, ceilings)"
+    )
+    p.add_argument("--model", default="default", help="pair name, model name, local dir or HF id")
+    p.add_argument(
+        "--draft", default=None, help="draft override: ngram, none (target only), or a draft model"
+    )
+    p.add_argument(
+        "--humaneval",
+        default="auto",
+        help="HumanEval infilling dir (default: ../shared/data/humaneval-infilling if present; 'none' to skip)",
+    )
+    p.add_argument("--sets", default="single,multi,span", help="HumanEval sets: single,multi,span")
+    p.add_argument(
+        "--corpus", default=None, metavar="DIR", help="also cut holes in the source files under DIR"
+    )
+    p.add_argument("--limit", type=int, default=0, help="problems per set / corpus language (0 = all)")
+    p.add_argument("--seed", type=int, default=0, help="which problems --limit picks")
+    p.add_argument(
+        "--max-new-tokens", type=int, default=None, help="the service's budget (default: the server's)"
+    )
+    p.add_argument("--context-window", type=int, default=None, help="prompt tokens (default: the server's)")
+    p.add_argument("--multiline", choices=["auto", "always", "never"], default="auto")
+    p.add_argument("--raw-max-tokens", type=int, default=128, help="budget of the raw-output ceiling")
+    p.add_argument("--no-ceilings", action="store_true", help="skip the raw output and the oracle cut")
+    p.add_argument(
+        "--llamacpp",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="llama.cpp infill on the same holes (auto: when llama-cpp-python imports; on: required)",
+    )
+    p.add_argument(
+        "--threads", type=int, default=0, help="torch and llama.cpp threads (0 = torch default / 2)"
+    )
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds per test run (pass@1)")
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--pack", choices=["auto", "on", "off"], default="auto")
+    p.add_argument("--cache-dir", default=None)
+    p.add_argument(
+        "--json", action="store_true", help="print the report as one JSON object instead of a table"
+    )
+    p.add_argument("--out", default=None, metavar="FILE", help="also write the JSON report to FILE")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.set_defaults(func=cmd_eval)
+
+
+def _log(message: str) -> None:
+    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    if args.limit < 0:
+        raise UserError(f"--limit must be >= 0 (0 = all), got {args.limit}")
+    if args.raw_max_tokens < 1 or args.raw_max_tokens > 2048:
+        raise UserError(f"--raw-max-tokens must be in [1, 2048], got {args.raw_max_tokens}")
+    if args.threads < 0:
+        raise UserError(f"--threads must be >= 0, got {args.threads}")
+    if not args.timeout > 0:
+        raise UserError(f"--timeout must be > 0, got {args.timeout}")
+    if args.corpus is not None and not Path(args.corpus).is_dir():
+        raise UserError(f"--corpus {args.corpus}: not a directory")
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    _check_args(args)
+    from dspark_lsp.bench.prompts import find_humaneval_dir
+    from dspark_lsp.evaluation.problems import load_problems, parse_sets
+
+    sets = parse_sets(args.sets) if args.humaneval != "none" else []
+    he_dir = find_humaneval_dir(args.humaneval)
+    if args.humaneval not in ("auto", "none") and he_dir is None:
+        raise UserError(f"--humaneval {args.humaneval}: not a directory")
+    problems = load_problems(he_dir, sets, Path(args.corpus) if args.corpus else None, args.limit, args.seed)
+    if not problems:
+        raise UserError("no problems: pass --corpus DIR and/or make the HumanEval infilling data reachable")
+
+    from dspark_lsp.service import CompletionService, ServiceConfig
+
+    cfg = ServiceConfig(
+        model=args.model,
+        draft_model=args.draft,
+        device="cpu",
+        dtype=args.dtype,
+        pack_weights=args.pack,
+        multiline=args.multiline,
+        cache_dir=args.cache_dir,
+    )
+    if args.max_new_tokens is not None:
+        cfg.max_new_tokens = args.max_new_tokens
+    if args.context_window is not None:
+        cfg.context_window = args.context_window
+    errs = cfg.problems()
+    if errs:
+        raise UserError("; ".join(errs))
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    log = (lambda m: None) if args.quiet else _log
+    log(f"{len(problems)} problems; loading {args.model}")
+    t_start = time.perf_counter()
+    service = CompletionService.load(cfg)
+    peer, skipped = _peer(args, service, log)
+
+    from dspark_lsp.evaluation.report import build_report, format_table
+    from dspark_lsp.evaluation.runner import RunConfig, evaluate_problem
+
+    run_cfg = RunConfig(
+        raw_max_tokens=args.raw_max_tokens, timeout_s=args.timeout, ceilings=not args.no_ceilings
+    )
+    records = []
+    t_loop = time.perf_counter()
+    for i, problem in enumerate(problems, 1):
+        rec = evaluate_problem(service, problem, run_cfg, peer)
+        records.append(rec)
+        a = rec.attempts["service"]
+        verdict = "" if a.passed is None else (" pass" if a.passed else " fail")
+        elapsed = time.perf_counter() - t_loop
+        eta = elapsed / i * (len(problems) - i)
+        log(
+            f"[{i}/{len(problems)}] {problem.set} {problem.id}: {rec.scope}{verdict} ES {a.similarity:.2f} "
+            f"{(a.latency_ms or 0) / 1000:.1f} s (ETA {eta / 60:.1f} min)"
+        )
+    settings: dict[str, Any] = {
+        "model": service.description,
+        "service": {k: v for k, v in asdict(service.config).items() if k != "SETTINGS"},
+        "sets": sets,
+        "corpus": args.corpus,
+        "limit": args.limit,
+        "seed": args.seed,
+        "raw_max_tokens": args.raw_max_tokens,
+        "threads": args.threads,
+        "seconds": round(time.perf_counter() - t_start, 1),
+    }
+    report = build_report(records, settings, skipped)
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")
+        log(f"wrote {args.out}")
+    if args.json:
+        print(json.dumps(report, ensure_ascii=False))
+    else:
+        print(format_table(report))
+    return 0
+
+
+def _peer(args: argparse.Namespace, service: Any, log: Any) -> tuple[Any, dict[str, str]]:
+    """llama.cpp's infill on the target's GGUF file, or why it is skipped."""
+    if args.llamacpp == "off":
+        return None, {"llamacpp_infill": "--llamacpp off"}
+    from dspark_lsp.bench.llamacpp import llamacpp_missing
+
+    why = llamacpp_missing()
+    gguf = None
+    if why is None:
+        from dspark_lsp.models.loader import gguf_source, resolve_model
+        from dspark_lsp.models.registry import pair_for
+
+        target = pair_for(args.model, args.draft).target
+        gguf = gguf_source(target, resolve_model(target, args.cache_dir), args.cache_dir)
+        if gguf is None:
+            why = f"no GGUF file for {target}"
+    if why is not None:
+        if args.llamacpp == "on":
+            raise UserError(f"--llamacpp on: {why}")
+        return None, {"llamacpp_infill": why}
+    from dspark_lsp.evaluation.infill import InfillConfig, InfillPeer
+
+    assert gguf is not None
+    log(f"llama.cpp infill on {gguf.name}")
+    peer = InfillPeer(gguf, service.tokenizer, service.fim, threads=args.threads or 2, cfg=InfillConfig())
+    return peer, {}
