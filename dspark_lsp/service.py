@@ -329,11 +329,7 @@ class CompletionService:
 
         language = detect_language(req.path, req.language_id)
         doc = SyntaxDocument(req.text, language)
-        scope = doc.completion_scope(req.offset)
-        if cfg.multiline == "always" and scope is not Scope.NONE:
-            scope = Scope.MULTI_LINE
-        elif cfg.multiline == "never" and scope is Scope.MULTI_LINE:
-            scope = Scope.SINGLE_LINE
+        scope = decide_scope(doc, req.offset, cfg.multiline)
         if scope is Scope.NONE:
             result = CompletionResult("", "", [], scope.value, {"latency_ms": 0.0}, stop_reason="scope_none")
             self._record(req, result)
@@ -383,9 +379,7 @@ class CompletionService:
             while len(self._sched_state) > self.SHOWN_CACHE:
                 self._sched_state.popitem(last=False)
         full_text = decode_text(res.tokens)
-        cut = tracker.stop_index(full_text, final=True)
-        text = full_text if cut is None else full_text[:cut]
-        text = _clean(text, after, scope.value)
+        text, cut = finish_text(tracker, full_text, after, scope.value)
         ids = _ids_covering(res.tokens, len(text), decode_text)
         st = res.stats
         latency = (time.perf_counter() - t0) * 1000
@@ -479,6 +473,26 @@ class CompletionService:
                  "stop_reason": result.stop_reason}
         entry.update({k: v for k, v in result.stats.items() if not isinstance(v, list)})
         self._recent.append(entry)
+
+
+def decide_scope(doc: Any, offset: int, multiline: str) -> Any:
+    """The syntax layer's scope at ``offset`` (a ``Scope``), overridden by the ``multiline`` setting."""
+    from dspark_lsp.syntax import Scope
+
+    scope = doc.completion_scope(offset)
+    if multiline == "always" and scope is not Scope.NONE:
+        return Scope.MULTI_LINE
+    if multiline == "never" and scope is Scope.MULTI_LINE:
+        return Scope.SINGLE_LINE
+    return scope
+
+
+def finish_text(tracker: Any, full_text: str, after: str, scope: str) -> tuple[str, int | None]:
+    """What the user is shown of the decoded ``full_text``: cut where the stop rules say (the cut index,
+    or None), then cleaned against the text after the cursor. `eval --rescore` re-runs this offline."""
+    cut = tracker.stop_index(full_text, final=True)
+    text = full_text if cut is None else full_text[:cut]
+    return _clean(text, after, scope), cut
 
 
 def _clean(text: str, after: str, scope: str) -> str:

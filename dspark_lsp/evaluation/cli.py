@@ -60,6 +60,13 @@ def add_eval_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument("--out", default=None, metavar="FILE", help="also write the JSON report to FILE")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument(
+        "--rescore",
+        default=None,
+        metavar="REPORT",
+        help="no model: re-cut a saved report's raw outputs (--out of a run with ceilings) with today's "
+        "scope, stop rules and clean-up, on the same problems",
+    )
     p.set_defaults(func=cmd_eval)
 
 
@@ -82,6 +89,8 @@ def _check_args(args: argparse.Namespace) -> None:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     _check_args(args)
+    if args.rescore:
+        return _cmd_rescore(args)
     from dspark_lsp.bench.prompts import find_humaneval_dir
     from dspark_lsp.evaluation.problems import load_problems, parse_sets
 
@@ -132,6 +141,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     for i, problem in enumerate(problems, 1):
         rec = evaluate_problem(service, problem, run_cfg, peer)
         records.append(rec)
+        if args.out and (i % 5 == 0 or i == len(problems)):
+            # Written as the run goes: a long run that is stopped still leaves its records.
+            _write(args.out, build_report(records, {"partial": i < len(problems)}, skipped))
         a = rec.attempts["service"]
         verdict = "" if a.passed is None else (" pass" if a.passed else " fail")
         elapsed = time.perf_counter() - t_loop
@@ -144,6 +156,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         "model": service.description,
         "service": {k: v for k, v in asdict(service.config).items() if k != "SETTINGS"},
         "sets": sets,
+        "humaneval": str(he_dir) if he_dir is not None and sets else None,
         "corpus": args.corpus,
         "limit": args.limit,
         "seed": args.seed,
@@ -153,13 +166,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
     }
     report = build_report(records, settings, skipped)
     if args.out:
-        Path(args.out).write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")
+        _write(args.out, report)
         log(f"wrote {args.out}")
     if args.json:
         print(json.dumps(report, ensure_ascii=False))
     else:
         print(format_table(report))
     return 0
+
+
+def _write(path: str, report: dict[str, Any]) -> None:
+    Path(path).write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")
 
 
 def _peer(args: argparse.Namespace, service: Any, log: Any) -> tuple[Any, dict[str, str]]:
@@ -188,3 +205,48 @@ def _peer(args: argparse.Namespace, service: Any, log: Any) -> tuple[Any, dict[s
     log(f"llama.cpp infill on {gguf.name}")
     peer = InfillPeer(gguf, service.tokenizer, service.fim, threads=args.threads or 2, cfg=InfillConfig())
     return peer, {}
+
+
+def _cmd_rescore(args: argparse.Namespace) -> int:
+    from transformers import AutoTokenizer
+
+    from dspark_lsp.bench.prompts import find_humaneval_dir
+    from dspark_lsp.evaluation.problems import load_problems
+    from dspark_lsp.evaluation.report import build_report, format_table
+    from dspark_lsp.evaluation.rescore import rescore
+    from dspark_lsp.models.loader import resolve_model
+    from dspark_lsp.models.registry import pair_for
+
+    try:
+        saved = json.loads(Path(args.rescore).read_text(encoding="utf-8"))
+        settings = saved["settings"]
+        service_cfg = settings["service"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"--rescore {args.rescore}: not an eval report ({exc})") from exc
+    if settings.get("partial"):
+        raise UserError(f"--rescore {args.rescore}: a partial report (the run was stopped)")
+    # The saved run's problems, prompt settings and model: only the cut is today's.
+    he_dir = Path(settings["humaneval"]) if settings.get("humaneval") else None
+    if settings["sets"] and he_dir is None:
+        he_dir = find_humaneval_dir(args.humaneval)
+    corpus = Path(settings["corpus"]) if settings.get("corpus") else None
+    problems = load_problems(he_dir, settings["sets"], corpus, settings["limit"], settings["seed"])
+    target = pair_for(service_cfg["model"], service_cfg.get("draft_model")).target
+    tokenizer = AutoTokenizer.from_pretrained(str(resolve_model(target, service_cfg.get("cache_dir"))))
+    records, changed = rescore(
+        saved,
+        problems,
+        tokenizer,
+        max_new_tokens=service_cfg["max_new_tokens"],
+        multiline=args.multiline if args.multiline != "auto" else service_cfg["multiline"],
+        timeout_s=args.timeout,
+    )
+    if not args.quiet:
+        _log(f"{changed} of {len(records)} service completions changed")
+    report = build_report(
+        records, {**settings, "rescored_from": args.rescore, "changed": changed}, saved["skipped"]
+    )
+    if args.out:
+        _write(args.out, report)
+    print(json.dumps(report, ensure_ascii=False) if args.json else format_table(report))
+    return 0

@@ -78,6 +78,7 @@ def record_json(rec: Record) -> dict[str, Any]:
         "stop_reason": rec.stop_reason,
         "reference": p.reference,
         "service_within_raw": rec.service_within_raw,
+        "raw_ids": rec.raw_ids,
         "attempts": {
             m: {
                 "text": a.text,

@@ -57,6 +57,7 @@ class Record:
     # The service's ids are the start of the raw output (both greedy on the same prompt): False flags a
     # service that changed the model's output, not only where it ends.
     service_within_raw: bool | None = None
+    raw_ids: list[int] = field(default_factory=list)  # the raw output's tokens (to re-cut it offline)
 
 
 class Completer(Protocol):
@@ -156,6 +157,7 @@ def evaluate_problem(service: Any, problem: Problem, cfg: RunConfig, peer: Compl
         rec.attempts[ORACLE] = judge(problem, cut.text, None, cut.passed)
         ids = list(result.completion_ids)
         rec.service_within_raw = raw_ids[: len(ids)] == ids
+        rec.raw_ids = raw_ids
     if peer is not None:
         got = peer.complete(problem.text, problem.offset)
         rec.attempts[LLAMACPP] = judge(problem, got.text, got.latency_ms, check(got.text) if check else None)

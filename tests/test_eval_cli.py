@@ -1,0 +1,123 @@
+"""`dspark-lsp eval` end to end on the tiny random models: the real service, decoder and syntax layer.
+
+The models are random (their text is nonsense, so pass@1 is 0); what is checked is the contract: the
+report's shape, the service's output being the start of the raw output (lossless), the oracle never
+below the raw output, `--rescore` reproducing the run's service texts without the model, and one-line
+errors for bad input.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dspark_lsp.cli import main
+from tests.test_eval_execution import write_humaneval
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(["eval", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(autouse=True)
+def _keep_torch_threads() -> Any:
+    """`--threads 1` sets torch's process-wide thread count: give the next tests theirs back."""
+    import torch
+
+    old = torch.get_num_threads()
+    yield
+    torch.set_num_threads(old)
+
+
+@pytest.fixture
+def tiny_args(tiny_models: tuple[Path, Path]) -> list[str]:
+    target, _draft = tiny_models
+    return ["--model", str(target), "--draft", "ngram", "--max-new-tokens", "8", "--raw-max-tokens", "12",
+            "--llamacpp", "off", "--threads", "1"]  # fmt: skip
+
+
+def test_eval_report_on_tiny_models(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], tiny_args: list[str]
+) -> None:
+    he = write_humaneval(tmp_path / "he", n=3)
+    out_file = tmp_path / "report.json"
+    code, out, err = _run(
+        capsys, *tiny_args, "--humaneval", str(he), "--sets", "single,span", "--limit", "2", "--json",
+        "--out", str(out_file),
+    )  # fmt: skip
+    assert code == 0, err
+    report: dict[str, Any] = json.loads(out)
+    assert json.loads(out_file.read_text()) == report
+    assert "[4/4]" in err  # progress on stderr
+    groups = report["groups"]
+    assert set(groups) == {"humaneval-single", "humaneval-span", "all"}
+    for name in ("humaneval-single", "humaneval-span"):
+        g = groups[name]
+        assert g["problems"] == 2 and g["service_not_within_raw"] == 0
+        assert set(g["methods"]) == {"service", "raw", "oracle_cut"}
+        for s in g["methods"].values():
+            assert s["n"] == 2 and s["tested"] == 2 and 0.0 <= s["pass_at_1"] <= 1.0
+        assert g["methods"]["service"]["latency_p50_ms"] > 0
+    assert report["skipped"] == {"llamacpp_infill": "--llamacpp off"}
+    for p in report["problems"]:
+        a = p["attempts"]
+        assert p["service_within_raw"] is True
+        assert a["oracle_cut"]["similarity"] >= a["raw"]["similarity"]  # the full raw text is a candidate
+        assert a["raw"]["text"].startswith(a["oracle_cut"]["text"])
+        # The rescore reads the raw tokens back: they decode to the raw text.
+        assert len(p["raw_ids"]) <= 12
+
+    # --rescore: today's rules on the saved raw outputs give back the run's own service texts.
+    code, out, err = _run(capsys, "--rescore", str(out_file), "--json")
+    assert code == 0, err
+    assert "0 of 4 service completions changed" in err
+    again = json.loads(out)
+    assert [p["attempts"]["service"]["text"] for p in again["problems"]] == [
+        p["attempts"]["service"]["text"] for p in report["problems"]
+    ]
+
+
+def test_eval_on_a_corpus_groups_by_language(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], tiny_args: list[str]
+) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    body = "".join(f"def function_number_{i}(value):\n    return value * {i} + {i}\n\n" for i in range(12))
+    (src / "mod.py").write_text(body)
+    js = "".join(f"function numberedFunction{i}(value) {{\n  return value * {i};\n}}\n" for i in range(12))
+    (src / "mod.js").write_text(js)
+    code, out, err = _run(
+        capsys, *tiny_args, "--humaneval", "none", "--corpus", str(src), "--limit", "2", "--no-ceilings", "--quiet",
+    )  # fmt: skip
+    assert code == 0, err
+    assert err == ""  # --quiet
+    assert "corpus-python" in out and "corpus-javascript" in out and "pass@1" in out
+    rows = [ln for ln in out.splitlines() if ln.startswith("corpus-")]
+    assert len(rows) == 2 and all(" service " in r for r in rows)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--corpus", "/nonexistent/dir"], "--corpus /nonexistent/dir: not a directory"),
+        (["--sets", "single,bogus"], "unknown HumanEval set"),
+        (["--limit", "-1"], "--limit must be >= 0"),
+        (["--humaneval", "/nonexistent/he"], "--humaneval /nonexistent/he: not a directory"),
+        (["--humaneval", "none"], "no problems"),
+        (["--timeout", "0"], "--timeout must be > 0"),
+        (["--rescore", "/nonexistent/report.json"], "not an eval report"),
+    ],
+)
+def test_bad_input_is_one_line_and_non_zero(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    code, out, err = _run(capsys, *argv)
+    assert code != 0
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dspark-lsp: error:") and message in lines[0], err
