@@ -297,9 +297,9 @@ def _run_both(model: Any, steps: list[dict[str, Any]]) -> list[tuple[Any, Any]]:
 
 
 @pytest.mark.parametrize("which", [0, 1, 2])
-def test_lean_forward_equals_transformers_forward_bitwise(built: list[Built], which: int) -> None:
-    """The direct forward (models/lean_forward.py) the quantized target runs is transformers' forward, bit
-    for bit: logits, every hidden state, on a cache, for a prefill, a long continuation (> 16 rows after
+def test_lean_forward_equals_transformers_forward(built: list[Built], which: int) -> None:
+    """The direct forward (models/lean_forward.py) the quantized target runs is transformers' forward (bit
+    for bit in its Python layer loop, to fp32 rounding in the C++ layer): logits, every hidden state, on a cache, for a prefill, a long continuation (> 16 rows after
     cached ones: an explicit causal mask), verify rows, one row, kept logits, and tree rows with their own
     positions and mask."""
     model = built[which].model
@@ -329,12 +329,27 @@ def test_lean_forward_equals_transformers_forward_bitwise(built: list[Built], wh
          "position_ids": torch.tensor([[cached + 1]])},
         {"input_ids": torch.tensor([ids[35:39]]), "output_hidden_states": True},
     ]
+    # The Python layer loop issues transformers' own operations: the same bits. The C++ layer computes the
+    # row operations and attention with loops of its own (fixed order, own exp): fp32 rounding apart, which
+    # the products' int16 rounding of their inputs can turn into a step of that rounding (QUANT_TOL's
+    # reason); a wrong sign, position or key moves logits by O(0.1).
+    def same(a: torch.Tensor, b: torch.Tensor, step: int) -> None:
+        if which == 2:
+            torch.testing.assert_close(a, b, **QUANT_TOL, msg=lambda m: f"step {step}: {m}")
+        else:
+            assert torch.equal(a, b), step
+
+    native_differs = False
     for i, (lean, stock) in enumerate(_run_both(model, steps)):
         assert lean.logits.shape == stock.logits.shape, i
-        assert torch.equal(lean.logits, stock.logits), i
+        same(lean.logits, stock.logits, i)
+        native_differs |= not torch.equal(lean.logits, stock.logits)
         if stock.hidden_states is not None:
             assert len(lean.hidden_states) == len(stock.hidden_states)
-            assert all(torch.equal(a, b) for a, b in zip(lean.hidden_states, stock.hidden_states, strict=True)), i
+            for a, b in zip(lean.hidden_states, stock.hidden_states, strict=True):
+                same(a, b, i)
+    # ... and it is really the C++ layer that ran for mix 2 (its rounding shows somewhere).
+    assert native_differs == (which == 2)
 
 
 def test_lean_forward_defers_to_transformers_for_what_it_does_not_handle(built: list[Built]) -> None:

@@ -70,8 +70,28 @@ if DynamicLayer is not None:
             """Count ``n`` positions written after the current length (see :meth:`reserve`)."""
             assert self._k is not None and self._v is not None
             self._len += n
-            self.keys = self._k[..., : self._len, :]
-            self.values = self._v[..., : self._len, :]
+
+        # ``keys`` / ``values`` are views of the first ``length`` positions, made when read: a decode
+        # forward advances 24 layers and reads none of them (the C++ layer writes the buffers), and two
+        # slices per layer were ~1 ms of Python a forward. Assignments (DynamicLayer's own initialisation)
+        # land in __dict__ and are what is read until the buffers exist.
+        @property  # type: ignore[override]
+        def keys(self) -> torch.Tensor | None:
+            k = self.__dict__.get("_k")
+            return self.__dict__.get("_keys") if k is None else k[..., : self._len, :]
+
+        @keys.setter
+        def keys(self, value: torch.Tensor | None) -> None:
+            self.__dict__["_keys"] = value
+
+        @property  # type: ignore[override]
+        def values(self) -> torch.Tensor | None:
+            v = self.__dict__.get("_v")
+            return self.__dict__.get("_values") if v is None else v[..., : self._len, :]
+
+        @values.setter
+        def values(self, value: torch.Tensor | None) -> None:
+            self.__dict__["_values"] = value
 
         def crop(self, tokens_to_remove: int) -> None:
             if tokens_to_remove > 0:  # as DynamicLayer: only a negative count (tokens to remove) is defined
@@ -79,8 +99,6 @@ if DynamicLayer is not None:
             if tokens_to_remove == 0 or not self.is_initialized or self._k is None or self._v is None:
                 return
             self._len = max(0, self._len + tokens_to_remove)
-            self.keys = self._k[..., : self._len, :]
-            self.values = self._v[..., : self._len, :]
 
         def get_seq_length(self) -> int:
             return self._len if self._k is not None else 0

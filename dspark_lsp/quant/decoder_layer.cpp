@@ -1,48 +1,191 @@
 // One Qwen2 decoder layer for a decode or verify forward (1 to 16 rows on a KV cache), in C++.
 //
-// Why: with the weights in the quantized kernel, the rest of a one-token forward of the 0.5B was 1,810
-// small tensor operations issued from Python (profiler count: norms, rotary, cache writes, per-row
-// attention, residuals), ~12 ms against ~30 ms of matrix products; issued from here they skip Python's
-// per-call cost (131 operations left in Python per forward). The operations are the same ATen calls, with the same arguments and in the same order, as
-// transformers' Qwen2 layer with the row-wise attention (models/rowwise_attention.py) and the direct
-// forward (models/lean_forward.py), so the results are the same bits (tested against transformers).
+// Why: with the weights in the quantized kernel, a one-token forward of the 0.5B spent ~30 ms in matrix
+// products and ~12 ms in everything else, most of it the per-call cost of ~1,800 small tensor
+// operations (norms, rotary, cache writes, one attention call per row and head group, SiLU, residuals).
+// Issuing the same ATen calls from C++ (the previous version of this file) removed Python's share, but
+// each ATen call still cost ~10 us of dispatch and allocation, and the one-row attention ~120 us a layer
+// (sdpa's math path: a GQA expansion, a softmax and two small bmm per call). Here the row operations are
+// plain loops over the rows' own floats, and attention is one pass per (row, query head) over exactly
+// the keys that row may see: ~2.5 ms of a 1-row and ~7 ms of a 3-row forward less (measured, see
+// bench/results).
+//
+// Batch invariance, which makes a k-row verify forward give the logits of k one-row forwards bit for bit
+// (speculative output == one-token decoding): every value a row produces is computed from that row's own
+// inputs by the same sequence of operations, whatever the number of rows; the products are batch
+// invariant (qkernel.cpp), and threads split rows and heads here, never one reduction.
+//
+// The arithmetic is fp32 throughout, in a fixed order that differs from transformers' kernels (their
+// reductions are blocked differently and their exp is Sleef's): results are transformers' to ~1e-6
+// relative, not bit for bit (tested with a tolerance; the Python layer loop in models/lean_forward.py
+// stays bit-identical to transformers for the cases that do not come here).
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <cmath>
+#include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "qkernel.h"
 
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define DSPARK_AVX2 1
+#endif
+
 namespace {
 
-// Qwen2RMSNorm: weight * (x * rsqrt(mean(x^2) + eps)), fp32 throughout.
-at::Tensor rms(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  return weight * (x * at::rsqrt(x.pow(2).mean(-1, true) + eps));
+#ifdef DSPARK_AVX2
+// e^x for 8 lanes: x = n ln2 + r with |r| <= ln2 / 2, e^r = 1 + r + r^2 P(r) with P of degree 5 (the
+// classic single-precision coefficients, as in Cephes' expf), 2^n put straight into the exponent bits. Inputs are clamped to where
+// neither the result nor 2^n overflows or goes subnormal; ~1 ulp against expf on that range.
+inline __m256 exp8(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  // ln2 in two parts, so n * ln2 is subtracted without losing r's low bits.
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
-// q * cos + rotate_half(q) * sin, rotate_half(q) = cat(-q[..., half:], q[..., :half]).
-at::Tensor rope(const at::Tensor& q, const at::Tensor& cos, const at::Tensor& sin) {
-  const int64_t half = q.size(-1) / 2;
-  at::Tensor rot = at::cat({-q.slice(-1, half), q.slice(-1, 0, half)}, -1);
-  return (q * cos) + (rot * sin);
+inline float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+#endif
+
+// out[i] = e^(x[i]) for n values. Elements past the last multiple of 8 go through the same 8-lane code
+// (padded), so each element's value depends on its own input only.
+void exp_n(const float* x, float* out, int64_t n) {
+#ifdef DSPARK_AVX2
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, exp8(_mm256_loadu_ps(x + i)));
+  if (i < n) {
+    alignas(32) float tmp[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int64_t j = i; j < n; ++j) tmp[j - i] = x[j];
+    _mm256_store_ps(tmp, exp8(_mm256_load_ps(tmp)));
+    for (int64_t j = i; j < n; ++j) out[j] = tmp[j - i];
+  }
+#else
+  for (int64_t i = 0; i < n; ++i) out[i] = std::exp(x[i]);
+#endif
 }
 
-// A projection through the quantized kernel, as QuantLinear.run computes it.
+// Σ a[i] * b[i] in a fixed order (8 lanes, then lanes summed), for n a multiple of 8 or not.
+inline float dot(const float* a, const float* b, int64_t n) {
+  int64_t i = 0;
+  float s = 0.0f;
+#ifdef DSPARK_AVX2
+  __m256 acc = _mm256_setzero_ps();
+  for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+  s = hsum8(acc);
+#endif
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// y += w * x for n values.
+inline void axpy(float w, const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+#ifdef DSPARK_AVX2
+  const __m256 wv = _mm256_set1_ps(w);
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+#endif
+  for (; i < n; ++i) y[i] += w * x[i];
+}
+
+// Qwen2RMSNorm of each row: weight * (x / sqrt(mean(x^2) + eps)).
+void rms_rows(const float* x, const float* weight, float* out, int64_t rows, int64_t d, double eps) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * d;
+    float* o = out + r * d;
+    const float mean = dot(xr, xr, d) / static_cast<float>(d);
+    const float inv = 1.0f / std::sqrt(mean + static_cast<float>(eps));
+    for (int64_t i = 0; i < d; ++i) o[i] = weight[i] * (xr[i] * inv);
+  }
+}
+
+// Rotary embedding of one head vector: x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1].
+inline void rope_into(const float* x, const float* cos, const float* sin, float* out, int64_t hd) {
+  const int64_t half = hd / 2;
+  for (int64_t i = 0; i < half; ++i) out[i] = x[i] * cos[i] + (-x[i + half]) * sin[i];
+  for (int64_t i = half; i < hd; ++i) out[i] = x[i] * cos[i] + x[i - half] * sin[i];
+}
+
+// A projection through the quantized kernel: [rows, K] -> [rows, N] (+ bias when given).
 at::Tensor project(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scale, const at::Tensor& off,
-                   const at::Tensor& bias, int64_t kind, int64_t shift, int64_t small_m) {
-  at::Tensor out = dspark::qmm(x.reshape({-1, x.size(-1)}), kind, codes, scale, off, shift, small_m);
-  if (bias.defined() && bias.numel()) out = out + bias;
-  auto shape = x.sizes().vec();
-  shape.back() = out.size(-1);
-  return out.view(shape);
+                   int64_t kind, int64_t shift, int64_t small_m) {
+  return dspark::qmm(x, kind, codes, scale, off, shift, small_m);
 }
 
-// One query row's attention over its keys, as transformers' sdpa path runs a one-row query (GQA
-// through sdpa's enable_gqa, no mask): out [1, 1, heads, head_dim].
-at::Tensor one_row(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scaling) {
-  at::Tensor out = at::scaled_dot_product_attention(q, k, v, {}, 0.0, false, scaling, true);
-  out = out.reshape({out.size(0), -1, q.size(2), v.size(-1)});
-  return out.transpose(1, 2).contiguous();
+// y[r, i] += h[r, i]: the residual (float addition is commutative, so h + y's bits).
+void add_into(float* y, const float* h, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = h[i] + y[i];
+}
+
+struct Attention {
+  const float* q;  // [t, nh, hd], rotated
+  const float* k;  // the layer's key buffer, [kv heads, capacity, hd] (strides below)
+  const float* v;
+  int64_t k_head_stride, k_pos_stride, v_head_stride, v_pos_stride;
+  int64_t t, nh, group, hd, past;
+  float scaling;
+  std::vector<const int64_t*> keys;  // per row: the key positions it sees, or empty: causal
+  std::vector<int64_t> counts;
+};
+
+// out[r, j, :] = softmax(scaling * q[r, j] . K[keys(r)]) @ V[keys(r)] for one (row, query head).
+void attend(const Attention& a, int64_t r, int64_t j, float* scores, float* out) {
+  const int64_t n = a.keys.empty() ? a.past + r + 1 : a.counts[r];
+  const int64_t* idx = a.keys.empty() ? nullptr : a.keys[r];
+  const int64_t kvh = j / a.group;
+  const float* q = a.q + (r * a.nh + j) * a.hd;
+  const float* kb = a.k + kvh * a.k_head_stride;
+  const float* vb = a.v + kvh * a.v_head_stride;
+  for (int64_t i = 0; i < a.hd; ++i) out[i] = 0.0f;
+  if (n == 0) return;
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int64_t s = 0; s < n; ++s) {
+    const int64_t p = idx ? idx[s] : s;
+    scores[s] = dot(q, kb + p * a.k_pos_stride, a.hd) * a.scaling;
+    mx = scores[s] > mx ? scores[s] : mx;
+  }
+  for (int64_t s = 0; s < n; ++s) scores[s] -= mx;
+  exp_n(scores, scores, n);
+  float total = 0.0f;
+  for (int64_t s = 0; s < n; ++s) {
+    const int64_t p = idx ? idx[s] : s;
+    total += scores[s];
+    axpy(scores[s], vb + p * a.v_pos_stride, out, a.hd);
+  }
+  const float inv = 1.0f / total;
+  for (int64_t i = 0; i < a.hd; ++i) out[i] *= inv;
+}
+
+// act[i] = silu(g[i]) * u[i] = g / (1 + e^-g) * u, for the rows of gu = [g | u].
+void silu_mul(const float* gu, float* act, int64_t rows, int64_t inter) {
+  std::vector<float> e(inter);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* g = gu + r * 2 * inter;
+    const float* u = g + inter;
+    float* o = act + r * inter;
+    for (int64_t i = 0; i < inter; ++i) e[i] = -g[i];
+    exp_n(e.data(), e.data(), inter);
+    for (int64_t i = 0; i < inter; ++i) o[i] = (g[i] / (1.0f + e[i])) * u[i];
+  }
 }
 
 // weights: [norm1, qkv codes, qkv scale, qkv off, qkv bias, o codes, o scale, o off, norm2,
@@ -51,55 +194,98 @@ at::Tensor one_row(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
 //           heads, kv heads, head_dim, small_m]
 // k_buf / v_buf: the layer's preallocated cache [1, kv heads, capacity, head_dim]; rows are written at
 // `past`. row_keys: per row, the key positions it may see (a tree forward), or empty: plain causal rows.
-at::Tensor decoder_layer(const at::Tensor& h, at::TensorList w, at::IntArrayRef meta, double eps, double scaling,
-                         const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& k_buf,
+// cos / sin: the rows' rotary tables, [.., t, head_dim] (any leading dims of size 1).
+at::Tensor decoder_layer(const at::Tensor& h_in, at::TensorList w, at::IntArrayRef meta, double eps, double scaling,
+                         const at::Tensor& cos_in, const at::Tensor& sin_in, const at::Tensor& k_buf,
                          const at::Tensor& v_buf, int64_t past, at::TensorList row_keys) {
   TORCH_CHECK(w.size() == 15 && meta.size() == 12, "decoder_layer: 15 weight tensors and 12 ints expected");
-  TORCH_CHECK(h.dim() == 3 && h.size(0) == 1, "decoder_layer: h must be [1, T, D]");
-  const int64_t t = h.size(1), nh = meta[8], nkv = meta[9], hd = meta[10], small_m = meta[11];
+  TORCH_CHECK(h_in.dim() == 3 && h_in.size(0) == 1 && h_in.scalar_type() == at::kFloat,
+              "decoder_layer: h must be fp32 [1, T, D]");
+  const int64_t t = h_in.size(1), d = h_in.size(2), nh = meta[8], nkv = meta[9], hd = meta[10], small_m = meta[11];
   TORCH_CHECK(row_keys.empty() || static_cast<int64_t>(row_keys.size()) == t, "one key list per row");
   TORCH_CHECK(k_buf.size(2) >= past + t && v_buf.size(2) >= past + t, "KV buffers too short");
+  TORCH_CHECK(k_buf.scalar_type() == at::kFloat && v_buf.scalar_type() == at::kFloat && k_buf.stride(3) == 1 &&
+                  v_buf.stride(3) == 1 && nkv > 0 && nh % nkv == 0,
+              "decoder_layer: fp32 KV buffers with contiguous head vectors expected");
+  const at::Tensor h = h_in.contiguous();
+  const at::Tensor cos = cos_in.reshape({-1, hd}).contiguous(), sin = sin_in.reshape({-1, hd}).contiguous();
+  TORCH_CHECK(cos.size(0) == t && sin.size(0) == t, "decoder_layer: one rotary row per input row");
+  const float* hp = h.data_ptr<float>();
+  auto fp = [](const at::Tensor& x) {
+    TORCH_CHECK(x.is_contiguous() && x.scalar_type() == at::kFloat, "decoder_layer: fp32 contiguous norms/bias");
+    return x.data_ptr<float>();
+  };
 
-  at::Tensor y = project(rms(h, w[0], eps), w[1], w[2], w[3], w[4], meta[0], meta[1], small_m);
-  at::Tensor q = y.slice(-1, 0, nh * hd).view({1, t, -1, hd}).transpose(1, 2);
-  at::Tensor k = y.slice(-1, nh * hd, (nh + nkv) * hd).view({1, t, -1, hd}).transpose(1, 2);
-  at::Tensor v = y.slice(-1, (nh + nkv) * hd, (nh + 2 * nkv) * hd).view({1, t, -1, hd}).transpose(1, 2);
-  q = rope(q, cos, sin);
-  k = rope(k, cos, sin);
-  k_buf.slice(2, past, past + t).copy_(k);
-  v_buf.slice(2, past, past + t).copy_(v);
-  const int64_t kv_len = past + t;
-  at::Tensor keys = k_buf.slice(2, 0, kv_len), values = v_buf.slice(2, 0, kv_len);
-
-  std::vector<at::Tensor> rows;
-  rows.reserve(t);
-  for (int64_t i = 0; i < t; ++i) {
-    at::Tensor ki, vi;
-    if (row_keys.empty()) {  // plain causal: the keys up to this row's own position
-      ki = keys.slice(2, 0, past + i + 1);
-      vi = values.slice(2, 0, past + i + 1);
-    } else {
-      const at::Tensor& idx = row_keys[i];
-      const int64_t n = idx.numel();
-      if (n == kv_len) {
-        ki = keys;
-        vi = values;
-      } else if (n && idx[n - 1].item<int64_t>() == n - 1) {  // a prefix: a view, no copy
-        ki = keys.slice(2, 0, n);
-        vi = values.slice(2, 0, n);
-      } else {
-        ki = keys.index_select(2, idx);
-        vi = values.index_select(2, idx);
-      }
-    }
-    rows.push_back(one_row(q.slice(2, i, i + 1), ki, vi, scaling));
+  // Attention input: norm, fused q/k/v (+ bias), rotary; keys and values written into the cache.
+  at::Tensor x = at::empty({t, d}, h.options());
+  rms_rows(hp, fp(w[0]), x.data_ptr<float>(), t, d, eps);
+  at::Tensor y = project(x, w[1], w[2], w[3], meta[0], meta[1], small_m);
+  const int64_t width = (nh + 2 * nkv) * hd;
+  TORCH_CHECK(y.size(1) == width, "decoder_layer: q/k/v widths do not match the head counts");
+  float* yp = y.data_ptr<float>();
+  if (w[4].numel()) {
+    TORCH_CHECK(w[4].numel() == width, "decoder_layer: q/k/v bias size");
+    const float* b = fp(w[4]);
+    for (int64_t r = 0; r < t; ++r) add_into(yp + r * width, b, width);  // b + y: transformers adds y + b
   }
-  at::Tensor a = t == 1 ? rows[0] : at::cat(rows, 1);
-  at::Tensor out = h + project(a.reshape({1, t, -1}).contiguous(), w[5], w[6], w[7], {}, meta[2], meta[3], small_m);
-  at::Tensor gu = project(rms(out, w[8], eps), w[9], w[10], w[11], {}, meta[4], meta[5], small_m);
-  const int64_t inter = gu.size(-1) / 2;
-  at::Tensor act = at::silu(gu.slice(-1, 0, inter)) * gu.slice(-1, inter);
-  return out + project(act, w[12], w[13], w[14], {}, meta[6], meta[7], small_m);
+  at::Tensor qrot = at::empty({t, nh, hd}, h.options());
+  float* qp = qrot.data_ptr<float>();
+  float* kp = k_buf.data_ptr<float>();
+  float* vp = v_buf.data_ptr<float>();
+  const int64_t ks1 = k_buf.stride(1), ks2 = k_buf.stride(2), vs1 = v_buf.stride(1), vs2 = v_buf.stride(2);
+  const float* cp = cos.data_ptr<float>();
+  const float* sp = sin.data_ptr<float>();
+  for (int64_t r = 0; r < t; ++r) {
+    const float* yr = yp + r * width;
+    for (int64_t j = 0; j < nh; ++j) rope_into(yr + j * hd, cp + r * hd, sp + r * hd, qp + (r * nh + j) * hd, hd);
+    for (int64_t j = 0; j < nkv; ++j) {
+      rope_into(yr + (nh + j) * hd, cp + r * hd, sp + r * hd, kp + j * ks1 + (past + r) * ks2, hd);
+      const float* vr = yr + (nh + nkv + j) * hd;
+      float* vd = vp + j * vs1 + (past + r) * vs2;
+      for (int64_t i = 0; i < hd; ++i) vd[i] = vr[i];
+    }
+  }
+
+  Attention a{qp, kp, vp, ks1, ks2, vs1, vs2, t, nh, nh / nkv, hd, past, static_cast<float>(scaling), {}, {}};
+  std::vector<at::Tensor> idx_hold;
+  int64_t longest = past + t;
+  if (!row_keys.empty()) {
+    for (int64_t r = 0; r < t; ++r) {
+      at::Tensor idx = row_keys[r].to(at::kLong).contiguous();
+      const int64_t* ip = idx.data_ptr<int64_t>();
+      for (int64_t s = 0; s < idx.numel(); ++s)
+        TORCH_CHECK(ip[s] >= 0 && ip[s] < past + t, "decoder_layer: key position ", ip[s], " out of range");
+      a.keys.push_back(ip);
+      a.counts.push_back(idx.numel());
+      longest = std::max<int64_t>(longest, idx.numel());
+      idx_hold.push_back(std::move(idx));
+    }
+  }
+  at::Tensor attn = at::empty({t, nh * hd}, h.options());
+  at::Tensor scores = at::empty({t * nh, longest + 8}, h.options());
+  float* ap = attn.data_ptr<float>();
+  float* scp = scores.data_ptr<float>();
+  const int64_t stride_sc = longest + 8;
+  at::parallel_for(0, t * nh, 1, [&](int64_t b, int64_t e) {
+    for (int64_t task = b; task < e; ++task) {
+      const int64_t r = task / nh, j = task % nh;
+      attend(a, r, j, scp + task * stride_sc, ap + (r * nh + j) * hd);
+    }
+  });
+
+  // Output projection and residual; MLP: norm, fused gate/up, SiLU(gate) * up, down, residual.
+  at::Tensor out = project(attn, w[5], w[6], w[7], meta[2], meta[3], small_m);
+  float* op = out.data_ptr<float>();
+  add_into(op, hp, t * d);
+  at::Tensor x2 = at::empty({t, d}, h.options());
+  rms_rows(op, fp(w[8]), x2.data_ptr<float>(), t, d, eps);
+  at::Tensor gu = project(x2, w[9], w[10], w[11], meta[4], meta[5], small_m);
+  const int64_t inter = gu.size(1) / 2;
+  at::Tensor act = at::empty({t, inter}, h.options());
+  silu_mul(gu.data_ptr<float>(), act.data_ptr<float>(), t, inter);
+  at::Tensor res = project(act, w[12], w[13], w[14], meta[6], meta[7], small_m);
+  add_into(res.data_ptr<float>(), op, t * d);
+  return res.view({1, t, d});
 }
 
 }  // namespace
