@@ -8,6 +8,7 @@ log records from any thread) goes through `Channel`, which hops onto the loop fi
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import threading
 import uuid
@@ -20,6 +21,13 @@ from pygls.lsp.server import LanguageServer
 log = logging.getLogger(__name__)
 
 STATUS_METHOD = "dspark/status"
+
+# The channel of the session the current code runs for. Under --tcp several editors share the process
+# (and its loggers); each connection's task and its worker thread set this, so a log record reaches the
+# editor whose request caused it, not whichever connected first. Unset (stdio): the handler's own.
+SESSION_CHANNEL: contextvars.ContextVar[Channel | None] = contextvars.ContextVar(
+    "dspark_session_channel", default=None
+)
 
 
 class Channel:
@@ -139,6 +147,7 @@ class ClientLogHandler(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         try:
             kind = next((k for lvl, k in self._LEVELS if record.levelno >= lvl), types.MessageType.Log)
-            self._channel.log_message(self.format(record), kind)
+            channel = SESSION_CHANNEL.get() or self._channel
+            channel.log_message(self.format(record), kind)
         except Exception:
             self.handleError(record)

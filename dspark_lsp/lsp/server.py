@@ -11,21 +11,24 @@ import asyncio
 import json
 import logging
 import os
+import re
 import sys
 import threading
 from typing import Any
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException, JsonRpcInternalError, JsonRpcInvalidParams
-from pygls.io_ import StdoutWriter, run_async
+from pygls.io_ import StdoutWriter
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
+from pygls.protocol.language_server import lsp_method
 
 from dspark_lsp.errors import UserError
 from dspark_lsp.lsp.backend import Backend, ServiceFactory, default_backend
-from dspark_lsp.lsp.channel import Channel
+from dspark_lsp.lsp.channel import SESSION_CHANNEL, Channel
 from dspark_lsp.lsp.documents import DocumentStore
 from dspark_lsp.lsp.executor import SerialExecutor
+from dspark_lsp.lsp.framing import Frame, FrameReader
 from dspark_lsp.lsp.loader import READY, ModelManager
 from dspark_lsp.lsp.logs import configure_logging
 from dspark_lsp.lsp.positions import Encoding
@@ -61,11 +64,69 @@ class _Invalid:
     jsonrpc = "invalid"
 
 
+def _valid_id(value: Any) -> bool:
+    """JSON-RPC ids are strings or numbers. A bool is an int in Python (and pygls would turn `true` into
+    1, answering as if for request 1): refused with the other wrong types."""
+    return isinstance(value, (int, float, str)) and not isinstance(value, bool)
+
+
 class DSparkProtocol(LanguageServerProtocol):
     def __init__(self, server: LanguageServer, converter: Any) -> None:
         super().__init__(server, converter)
         for method in _OWN_SYNC_METHODS:
             self.fm.builtin_features.pop(method, None)
+        # Set for a TCP session: `exit` ends this connection (called with the exit code) instead of
+        # the process, which other editors may still be connected to.
+        self.on_exit: Any = None
+
+    # -- one frame's body -> one message ---------------------------------------------------------
+    def handle_body(self, frame: Frame) -> None:
+        """Decode a frame and dispatch it. Every request that can be identified gets exactly one answer:
+        its result, or an error on its own id; what cannot be identified gets one error with id null."""
+        body = frame.body
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            # The id may still be readable; answering on it spares the client a request that hangs.
+            msg_id = _id_of(body.decode("utf-8", errors="replace"))
+            log.warning("a message that is not UTF-8 (%s): answering with a parse error", exc)
+            self._send_raw_error(msg_id, PARSE_ERROR, f"Parse error: the message is not UTF-8 ({exc.reason})")
+            return
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            why = frame.problem or str(exc)
+            log.warning("malformed JSON from the client (%s)", why)
+            # A cut-short frame may still name its id (the cut fell after it): answer on it if so.
+            msg_id = _id_of(text) if not frame.complete else None
+            self._send_raw_error(msg_id, PARSE_ERROR, f"Parse error: {why}")
+            return
+        if not frame.complete and frame.problem:
+            log.warning("a frame with a wrong Content-Length still held one message (%s)", frame.problem)
+        envelope_problem = _envelope_problem(data)
+        if envelope_problem is not None:
+            msg_id = data.get("id") if isinstance(data, dict) else None
+            log.warning("not a valid JSON-RPC message (%s): %.200r", envelope_problem, data)
+            if isinstance(data, dict) and "method" not in data and ("result" in data or "error" in data):
+                return  # a malformed response to one of our requests: nobody waits for an answer to it
+            self._send_raw_error(
+                msg_id if _valid_id(msg_id) else None, INVALID_REQUEST, f"Invalid Request: {envelope_problem}"
+            )
+            return
+        if "method" in data and "params" not in data:
+            # `params` may be omitted (JSON-RPC 2.0 §4); pygls' request types require the key.
+            data = {**data, "params": None}
+        # Only the top level is a message. pygls decodes with json.loads(object_hook=...), which also
+        # tried to decode nested objects (a setting, a document's params) that contain "jsonrpc" and
+        # "id" as messages, and answered them.
+        try:
+            message = self.structure_message(data)
+            self.handle_message(message)
+        except Exception as exc:  # a handler bug must cost one message, not the connection
+            log.exception("could not handle a message")
+            msg_id = data.get("id")
+            if "method" in data and _valid_id(msg_id) and msg_id not in self._request_futures:
+                self._send_raw_error(msg_id, JsonRpcInternalError.CODE, f"internal error: {exc}")
 
     def structure_message(self, data: dict[str, Any]) -> Any:
         try:
@@ -107,8 +168,56 @@ class DSparkProtocol(LanguageServerProtocol):
             return
         super().handle_message(message)
 
-    def _send_raw_error(self, msg_id: int | str | None, code: int, message: str) -> None:
+    def _send_raw_error(self, msg_id: int | float | str | None, code: int, message: str) -> None:
         self._send_data({"jsonrpc": "2.0", "id": msg_id, "error": {"code": code, "message": message}})
+
+    @lsp_method(types.EXIT)
+    def lsp_exit(self, *args: Any) -> Any:
+        """pygls' exit calls sys.exit; a TCP session ends only its own connection (see on_exit)."""
+        if self.on_exit is None:
+            yield from super().lsp_exit(*args)
+            return
+        if (user_handler := self.fm.features.get(types.EXIT)) is not None:
+            yield user_handler, args, None
+        self.on_exit(0 if self._shutdown else 1)
+
+
+def _id_of(text: str) -> Any:
+    """The id of a request whose body is damaged, when a plain `"id": <number or string>` is readable
+    before the damage; None otherwise (the error then goes out with id null, as JSON-RPC says)."""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        data = None
+    if isinstance(data, dict):
+        value = data.get("id")
+        return value if "method" in data and _valid_id(value) else None
+    match = re.search(r'"id"\s*:\s*(-?\d{1,15}(?![.\deE])|"(?:[^"\\]|\\.){0,200}")\s*,\s*"method"\s*:', text)
+    if match is None:
+        return None
+    try:
+        return json.loads(match.group(1))
+    except ValueError:
+        return None
+
+
+def _envelope_problem(data: Any) -> str | None:
+    """What makes `data` no JSON-RPC 2.0 message (None when it is one)."""
+    if not isinstance(data, dict):
+        return f"a JSON {type(data).__name__}, not an object"
+    if data.get("jsonrpc") != "2.0":
+        return f'"jsonrpc" is {data.get("jsonrpc")!r}, not "2.0"'
+    if "id" in data and not _valid_id(data["id"]):
+        return f'"id" is {data["id"]!r}; ids are numbers or strings'
+    if "method" in data:
+        if not isinstance(data["method"], str):
+            return f'"method" is {data["method"]!r}, not a string'
+        params = data.get("params")
+        if params is not None and not isinstance(params, (dict, list)):
+            return f'"params" is a {type(params).__name__}; params are an object or an array'
+    elif "result" not in data and "error" not in data:
+        return "neither a request, a notification nor a response"
+    return None
 
 
 class DSparkServer(LanguageServer):
@@ -188,6 +297,12 @@ class DSparkServer(LanguageServer):
         log.error("internal error (%s): %s", getattr(source, "__name__", source), error)
 
     # -- transport -----------------------------------------------------------------------------
+    @property
+    def dspark_protocol(self) -> DSparkProtocol:
+        protocol = self.protocol
+        assert isinstance(protocol, DSparkProtocol)
+        return protocol
+
     def start_io(self, stdin: Any = None, stdout: Any = None) -> None:
         """Like pygls' start_io, but reads stdin on a daemon thread so `exit` never waits for EOF."""
         self._stop_event = threading.Event()
@@ -202,15 +317,50 @@ class DSparkServer(LanguageServer):
             self.shutdown()
 
     async def _serve(self, stdin: Any) -> None:
-        assert self._stop_event is not None
         reader = DaemonStdinReader(stdin or sys.stdin.buffer, asyncio.get_running_loop())
-        await run_async(
-            stop_event=self._stop_event,
-            reader=reader,
-            protocol=self.protocol,
-            logger=logging.getLogger("pygls.io_"),
-            error_handler=self.report_server_error,
-        )
+        await self.serve_frames(reader.read)
+
+    async def serve_frames(self, read: Any) -> None:
+        """Read frames until the stream ends or the server stops (our framing.py, not pygls' reader)."""
+        frames = FrameReader(read)
+        protocol = self.dspark_protocol
+        while self._stop_event is None or not self._stop_event.is_set():
+            frame = await frames.next()
+            if frame is None:
+                break
+            protocol.handle_body(frame)
+            # Let the handler task just created take its first step (the completion handlers take
+            # their document snapshot there) before the next frame is handled. Without this, frames
+            # already buffered (a didChange right behind a completion request, as one write) were
+            # applied first, and the request was answered on a later version of the document than
+            # the one its position refers to (found by the fuzz test).
+            await asyncio.sleep(0)
+
+    def start_tcp(self, host: str, port: int) -> None:
+        """Serve every editor that connects, each in its own session (see `_TcpListener`)."""
+        self._stop_event = threading.Event()
+        listener = _TcpListener(self, host, port)
+        try:
+            asyncio.run(listener.run())
+        finally:
+            self.exit_code = listener.exit_code
+
+    def new_session(self) -> DSparkServer:
+        """A fresh server for one TCP connection: its own protocol, documents, settings and models."""
+        from dspark_lsp.lsp import handlers
+
+        session = DSparkServer(self._backend_factory)
+        handlers.register_all(session)
+        return session
+
+    def close_session(self) -> None:
+        """Release one TCP session without touching the process (never blocks: the loop serves others)."""
+        self.channel.closed = True
+        if self.worker is not None:
+            self.worker.cancel_all()
+        if self.models is not None:
+            self.models.shutdown()
+        self.executor.shutdown(wait=False)
 
     def shutdown(self) -> None:
         """Stop the transport and release the models (does not wait for a running model load)."""
@@ -226,6 +376,101 @@ class DSparkServer(LanguageServer):
             self._stop_event.set()
         if self._server is not None:
             self._server.close()
+
+
+class _TcpListener:
+    """`--tcp`: every connection is one editor with its own session (initialize, documents, settings,
+    models), so answers and document states never cross between editors: a file open in both has one
+    mirror per editor, each in step with that editor's buffer. (pygls' start_tcp shares one protocol,
+    so a second connection took over the first one's replies.)
+
+    The process ends when a session ends with `exit` and no other editor is connected (exit code of that
+    session: 0 after `shutdown`). An editor that disconnects without `exit` (it crashed) leaves the
+    server listening, so it can reconnect.
+    """
+
+    def __init__(self, template: DSparkServer, host: str, port: int) -> None:
+        self.template = template
+        self.host, self.port = host, port
+        self.sessions: set[DSparkServer] = set()
+        self.exit_code = 1
+        self._done: asyncio.Event | None = None
+
+    async def run(self) -> None:
+        self._done = asyncio.Event()
+        server = await asyncio.start_server(self._connection, self.host, self.port)
+        bound = ", ".join(_address(sock.getsockname()) for sock in server.sockets)
+        loopback_only = all(_is_loopback(sock.getsockname()[0]) for sock in server.sockets)
+        scope = (
+            "loopback only; pass --host or --tcp HOST:PORT to listen elsewhere"
+            if loopback_only
+            else "reachable from other machines: anyone who can connect can read the documents sent"
+        )
+        # stderr, not only the log: the person who started the server reads where it listens (and a
+        # port chosen by the system, --tcp 0) there.
+        print(f"dspark-lsp: listening on {bound} ({scope})", file=sys.stderr, flush=True)
+        log.info("listening on %s (%s)", bound, scope)
+        try:
+            await self._done.wait()
+        finally:
+            server.close()
+            for session in list(self.sessions):
+                session.close_session()
+                writer = getattr(session.protocol, "writer", None)
+                if writer is not None:
+                    writer.close()
+            await server.wait_closed()
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        session = self.template.new_session()
+        protocol = session.dspark_protocol
+        protocol.set_writer(writer)  # type: ignore[arg-type]  # StreamWriter.write is what pygls calls
+        exited: list[int] = []
+
+        def on_exit(code: int) -> None:
+            exited.append(code)
+            session.channel.closed = True
+            writer.close()  # the read loop then sees the end of the stream
+
+        protocol.on_exit = on_exit
+        # Log records from this connection's handlers and worker go to this editor only (channel.py).
+        SESSION_CHANNEL.set(session.channel)
+        session.executor.submit(SESSION_CHANNEL.set, session.channel)
+        peer = writer.get_extra_info("peername")
+        self.sessions.add(session)
+        log.info("editor connected from %s (%d connected)", peer, len(self.sessions))
+        try:
+            await session.serve_frames(reader.read)
+        except (ConnectionError, OSError) as exc:
+            log.info("connection from %s lost: %s", peer, exc)
+        finally:
+            self.sessions.discard(session)
+            session.close_session()
+            if not writer.is_closing():
+                writer.close()
+            log.info(
+                "editor from %s gone (%s; %d connected)",
+                peer,
+                "exit" if exited else "disconnected",
+                len(self.sessions),
+            )
+            if exited and not self.sessions and self._done is not None:
+                self.exit_code = exited[0]
+                self._done.set()
+
+
+def _address(sockname: Any) -> str:
+    host, port = sockname[0], sockname[1]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def create_server(

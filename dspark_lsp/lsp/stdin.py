@@ -15,7 +15,8 @@ CHUNK = 1 << 16
 
 
 class DaemonStdinReader:
-    """The AsyncReader interface pygls' run_async expects (readline / readexactly; b"" at EOF)."""
+    """read(n) for framing.FrameReader, plus the AsyncReader interface of pygls' run_async (readline /
+    readexactly); b"" at EOF."""
 
     def __init__(self, stream: BinaryIO, loop: asyncio.AbstractEventLoop) -> None:
         # A huge line (a minified file pasted in one go) must not trip StreamReader's line limit:
@@ -43,6 +44,10 @@ class DaemonStdinReader:
                 self._loop.call_soon_threadsafe(self._reader.feed_eof)
             except RuntimeError:  # loop already closed
                 pass
+
+    async def read(self, n: int) -> bytes:
+        """Up to n bytes as they arrive (b"" at EOF): what framing.FrameReader reads."""
+        return await self._reader.read(n)
 
     async def readline(self) -> bytes:
         try:

@@ -1,9 +1,15 @@
-"""textDocument/didOpen, didChange, didClose: keep the document store in sync."""
+"""textDocument/didOpen, didChange, didClose: keep the document store in sync.
+
+Also `dspark/documentText` (a request; params `{"textDocument": {"uri": ...}}`): the server's copy of an
+open document as `{"uri", "version", "text"}`, or null when it is not open. It exists so tests and
+bug reports can compare the server's mirror with the editor's buffer after a stream of edits (the
+protocol fuzz test checks it after every edit). It is read-only and answers only what the client sent.
+"""
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
 
@@ -11,6 +17,25 @@ if TYPE_CHECKING:
     from dspark_lsp.lsp.server import DSparkServer
 
 log = logging.getLogger(__name__)
+
+DOCUMENT_TEXT_METHOD = "dspark/documentText"
+
+
+def document_text(server: DSparkServer, params: Any) -> dict[str, Any] | None:
+    """The mirror of one document; params arrive unstructured (a custom method has no lsprotocol type),
+    so anything that is not `{"textDocument": {"uri": str}}` answers null rather than raising."""
+    text_document = _field(params, "textDocument")
+    uri = _field(text_document, "uri")
+    if not isinstance(uri, str):
+        return None
+    doc = server.docs.get(uri)
+    if doc is None:
+        return None
+    return {"uri": doc.uri, "version": doc.version, "text": doc.text}
+
+
+def _field(value: Any, name: str) -> Any:
+    return value.get(name) if isinstance(value, dict) else getattr(value, name, None)
 
 
 def register(server: DSparkServer) -> None:
@@ -42,3 +67,7 @@ def register(server: DSparkServer) -> None:
             server.worker.cancel_document(uri)
         if not server.docs.close(uri):
             log.debug("didClose for a document that was not open: %s", uri)
+
+    @server.feature(DOCUMENT_TEXT_METHOD)
+    def document_text_request(params: Any) -> dict[str, Any] | None:
+        return document_text(server, params)
