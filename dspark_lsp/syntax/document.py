@@ -16,6 +16,7 @@ from dspark_lsp.syntax.textutil import byte_offset, indent_width, point_at, stri
 from dspark_lsp.syntax.treequery import TreeQuestions
 
 RECENT_LINES = 3
+SUFFIX_LINES = 4  # the suffix lines the stop rules compare generated lines with
 
 
 class SyntaxDocument:
@@ -96,7 +97,8 @@ class SyntaxDocument:
         line_end = len(text) if line_end < 0 else line_end
         before = text[line_start:offset]
         after = strip_cr(text[offset:line_end])
-        suffix_line = next((ln.strip() for ln in text[line_end + 1 :].split("\n") if ln.strip()), "")
+        following = [ln for ln in text[line_end + 1 : line_end + 1 + 4000].split("\n") if ln.strip()]
+        suffix_line = following[0].strip() if following else ""
         recent: list[str] = []
         previous_line = ""
         end = line_start
@@ -128,6 +130,9 @@ class SyntaxDocument:
             opener_indent=opener_indent,
             braces=spec is not None and spec.block_style == "braces",
             start_state=self.lex_state_at(offset),
+            suffix_lines=tuple(ln.strip() for ln in following[:SUFFIX_LINES]),
+            suffix_indent=indent_width(strip_cr(following[0])) if following else None,
+            openers=tuple(openers),
         )
 
     def generation(self, offset: int, scope: Scope) -> GenerationTracker:

@@ -19,18 +19,36 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from dspark_lsp.syntax.lexer import Lexicon, LexState
+from dspark_lsp.syntax.lexer import Lexicon, LexState, strip_comment
 from dspark_lsp.syntax.scope import Scope
 from dspark_lsp.syntax.textutil import indent_width, is_word_char, strip_cr
 
 _CLOSERS = {")": "(", "]": "[", "}": "{"}
+# A rest of the cursor's line starting with one of these is cut as soon as the completion re-types it.
+_EARLY_REST = ")]};,\"'`"
 
 
 @dataclass(frozen=True)
 class StopConfig:
     repeat_window: int = 2  # how many of the prefix's last non-blank lines a generated line may not repeat
+    # Only the completion's first line is compared with the prefix, and only with its last line (a
+    # stutter); loops inside the completion are max_repeats' job. Comparing every generated line with the
+    # prefix's last lines cut real code: a body repeats a line two back (``if a:\n    return 'No'\nif
+    # b:\n    return 'No'``) and a later line the prefix's last (``return False`` in a second branch;
+    # eval, HumanEval/141 and /39).
+    repeat_previous_only: bool = True
     min_repeat_len: int = 6  # shorter lines (``}``, ``pass``, ``break;``) repeat legitimately
     max_repeats: int = 2  # a line already generated this many times is cut on its next appearance
+    # A generated line equal to one of the suffix's first ``suffix_window`` non-blank lines: the model has
+    # filled the hole and is re-typing the code after it (eval: it often skips the suffix's first line).
+    suffix_window: int = 4
+    # End after a top-level line that opens a block when the code after the cursor starts deeper: that
+    # code is the block's body, the hole was its header.
+    suffix_body: bool = True
+    # A dedent below the completion's first line ends it only below the level the code after the hole
+    # continues at (the suffix's first line; inside the top-level construct when nothing follows): a hole
+    # may end an inner block and go on in the outer one (``...\n        elif c:\n    return r``; eval).
+    dedent_to_suffix: bool = True
 
 
 @dataclass(frozen=True)
@@ -46,6 +64,9 @@ class CursorFacts:
     opener_indent: int | None  # indent of the block-opening line right before the cursor, if any
     braces: bool  # block style: braces (True) or indentation (False)
     start_state: LexState  # lexical state at the cursor
+    suffix_lines: tuple[str, ...] = ()  # the first non-blank lines after the cursor's line, stripped
+    suffix_indent: int | None = None  # indentation of the first of them (None: no code follows)
+    openers: tuple[str, ...] = (":", "{")  # line endings that open a block
 
 
 def brackets_balanced(text: str) -> bool:
@@ -84,6 +105,7 @@ class StopRules:
         self._content_lines = 0
         self._blank_since_content = False
         self._min_indent: int | None = None
+        self._top_indent: int | None = None  # indentation of the completion's first content line
         self._seen: Counter[str] = Counter()
 
     def stop_index(self, generated: str, final: bool = False) -> int | None:
@@ -106,10 +128,24 @@ class StopRules:
 
     # -- single line -------------------------------------------------------------------------
     def _single_line_cut(self, first_line: str) -> int | None:
-        """Cut the rest of the cursor's line off the end of ``first_line`` when it was re-typed."""
+        """Cut the rest of the cursor's line off ``first_line`` when it was re-typed.
+
+        When the rest starts with a closer/quote the cut is early: at the first point where the text so
+        far ended with the rest (balanced before it), found by scanning, so it does not depend on where
+        the decoder's rounds happened to end (one token a round or five: the same cut, eval). Otherwise
+        only at the line's end ("x" alone matches too often)."""
         rest = self.facts.line_after.strip()
         body = first_line.rstrip()
-        if rest and body.endswith(rest):
+        if not rest:
+            return None
+        if rest[0] in _EARLY_REST:
+            i = body.find(rest)
+            while i >= 0:
+                if brackets_balanced(body[:i]):
+                    return len(body[:i].rstrip())
+                i = body.find(rest, i + 1)
+            return None
+        if body.endswith(rest):
             head = body[: len(body) - len(rest)]
             if brackets_balanced(head):
                 return len(head.rstrip())
@@ -119,8 +155,7 @@ class StopRules:
         facts = self.facts
         if facts.scope is Scope.SINGLE_LINE:
             rest = facts.line_after.strip()
-            # Early cut only when the rest of the line starts with a closer/quote: "x" alone matches too often.
-            if rest and (rest[0] in ")]};,\"'`" or final):
+            if rest and (rest[0] in _EARLY_REST or final):
                 self._stop = self._single_line_cut(partial)
             return
         if facts.braces:
@@ -203,8 +238,11 @@ class StopRules:
             self._min_indent = indent
             return
         if indent < self._min_indent:
-            self._stop = self._kept_end
-            return
+            floor = self._dedent_floor(self._min_indent)
+            if floor is None or indent < floor:
+                self._stop = self._kept_end
+                return
+            self._min_indent = indent
         if indent == 0 and self._blank_since_content and self._content_lines > 0:
             self._stop = self._kept_end
 
@@ -227,16 +265,55 @@ class StopRules:
         if facts.suffix_line and stripped == facts.suffix_line and not _bracket_only(stripped):
             self._stop = self._kept_end  # re-typing the code after the cursor
             return
+        if (
+            self._content_lines > 0  # a first line equal to a later suffix line can be the hole (eval)
+            and len(stripped) >= self.config.min_repeat_len
+            and any(is_word_char(c) for c in stripped)
+            and stripped in facts.suffix_lines[1 : self.config.suffix_window]
+        ):
+            self._stop = self._kept_end  # re-typing the code a little after the cursor
+            return
         if len(stripped) >= self.config.min_repeat_len and any(is_word_char(c) for c in stripped):
             # The cursor's own line counts once it is a fresh line (on "def f():|" it is the prefix's).
             fresh = self._line_no > 0 or not facts.line_before.strip()
-            if fresh and stripped in facts.recent_lines[-self.config.repeat_window :]:
+            if self.config.repeat_previous_only:
+                repeated = self._content_lines == 0 and stripped in facts.recent_lines[-1:]
+            else:
+                repeated = stripped in facts.recent_lines[-self.config.repeat_window :]
+            if fresh and repeated:
                 self._stop = self._kept_end
                 return
             if self._seen[stripped] >= self.config.max_repeats:
                 self._stop = self._kept_end
                 return
             self._seen[stripped] += 1
+        if self._top_indent is None:
+            self._top_indent = indent_width(self._full_line(line))
         self._content_lines += 1
         self._blank_since_content = False
         self._kept_end = start + len(line.rstrip())
+        if self._opens_suffix_body(line):
+            self._stop = self._kept_end
+
+    def _dedent_floor(self, min_indent: int) -> int | None:
+        """The least indentation a dedent may reach without ending the completion (None: no dedent)."""
+        if not self.config.dedent_to_suffix:
+            return None
+        below = self.facts.suffix_indent
+        if below is None:
+            return 1  # nothing follows: stay inside the top-level construct (column 0 ends it)
+        return below if below < min_indent else None
+
+    def _opens_suffix_body(self, line: str) -> bool:
+        """A fresh top-level line of the completion that opens a block whose body is already there: the
+        code after the cursor starts deeper than this line (the hole is a block's header; eval)."""
+        facts = self.facts
+        if not self.config.suffix_body or facts.suffix_indent is None:
+            return False
+        if self._line_no == 0 and facts.line_before.strip():
+            return False
+        full = self._full_line(line)
+        code = strip_comment(full, self.lexicon).rstrip()
+        indent = indent_width(full)
+        at_top = self._top_indent is None or indent <= self._top_indent
+        return at_top and code.endswith(facts.openers) and facts.suffix_indent > indent
