@@ -42,6 +42,20 @@ CASES: list[tuple[str, str, str, str | None]] = [
         "for (const x of xs) {\n    n++;\n",
         "for (const x of xs) {",
     ),
+    # Nothing after the hole: it may close an inner block and go on in the outer one (HumanEval/142).
+    (
+        "python",
+        "def f(lst):\n    r = []\n    for i in lst:\n        if i % 3 == 0:\n<|>\n",
+        "            r.append(i)\n        else:\n            r.append(0)\n    return r\n\n# Check\n",
+        "            r.append(i)\n        else:\n            r.append(0)\n    return r",
+    ),
+    # Code after the hole: a dedent still ends it (HumanEval/141: no ``return 'Yes'`` before the checks).
+    (
+        "python",
+        "def f(s):\n    if s:\n        return 'No'\n    if not s[0]:\n<|>\n    if s[1]:\n        return 'No'\n",
+        "        return 'No'\n    return 'Yes'\n",
+        "        return 'No'",
+    ),
     # Not when the suffix is at the completion's own depth: a new block is being written.
     (
         "python",
