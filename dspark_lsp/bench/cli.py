@@ -85,11 +85,35 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "--lsp-documents", type=int, default=0, help="--lsp: first open, complete in and close N other documents"
     )
     p.add_argument("--lsp-no-compare", action="store_true", help="--lsp: only the run with prefix reuse on")
+    p.add_argument(
+        "--lsp-soak-minutes",
+        type=float,
+        default=0.0,
+        metavar="N",
+        help="--lsp: a soak instead: N minutes of typing across many documents (opened, edited, closed, "
+        "reopened), the server's RSS sampled, p50/p95 per minute (--corpus: the documents)",
+    )
+    p.add_argument(
+        "--lsp-soak-out", default=None, metavar="DIR", help="--lsp soak: write soak.json, soak.txt, soak.png here"
+    )
+    p.add_argument(
+        "--lsp-soak-sample-s", type=float, default=5.0, help="--lsp soak: RSS sampling period in seconds"
+    )
+    p.add_argument(
+        "--lsp-soak-warmup-minutes",
+        type=float,
+        default=5.0,
+        help="--lsp soak: RSS before this is warm-up (at most a quarter of the run)",
+    )
     p.add_argument("--cache-dir", default=None)
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.lsp and args.lsp_soak_minutes > 0:
+        from dspark_lsp.bench.soak import run_soak_cli
+
+        return run_soak_cli(args)
     from dspark_lsp.bench.run import run_bench
 
     return run_bench(args)

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -69,6 +70,18 @@ class ReplayReport:
     open_documents: int = 0  # documents the server still holds at the end (1 = no leak)
 
 
+class RpcError(RuntimeError):
+    """An error answer; ``code`` tells a cancelled request (-32800, RequestCancelled) from a failure."""
+
+    def __init__(self, message: str, code: int | None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+REQUEST_CANCELLED = -32800
+NOTIFICATIONS_KEPT = 1000  # an hour's soak gets a status notification per completion: keep the latest
+
+
 class StdioClient:
     """A minimal JSON-RPC client for a language server subprocess (threads, no asyncio)."""
 
@@ -88,7 +101,7 @@ class StdioClient:
         self._lock = threading.Lock()
         self._next_id = 0
         self._pending: dict[int, Future[Any]] = {}
-        self.notifications: list[dict[str, Any]] = []
+        self.notifications: deque[dict[str, Any]] = deque(maxlen=NOTIFICATIONS_KEPT)
         self._cond = threading.Condition()
         self._reader = threading.Thread(target=self._read_loop, name="replay-reader", daemon=True)
         self._reader.start()
@@ -101,13 +114,20 @@ class StdioClient:
             self.proc.stdin.flush()
 
     def request(self, method: str, params: Any) -> Future[Any]:
+        return self.send_request(method, params)[1]
+
+    def send_request(self, method: str, params: Any) -> tuple[int, Future[Any]]:
+        """The request's id (for $/cancelRequest) and the future its answer resolves."""
         with self._lock:
             self._next_id += 1
             msg_id = self._next_id
             future: Future[Any] = Future()
             self._pending[msg_id] = future
         self._write({"id": msg_id, "method": method, "params": params})
-        return future
+        return msg_id, future
+
+    def cancel(self, msg_id: int) -> None:
+        self.notify("$/cancelRequest", {"id": msg_id})
 
     def notify(self, method: str, params: Any) -> None:
         self._write({"method": method, "params": params})
@@ -138,7 +158,8 @@ class StdioClient:
                 future = self._pending.pop(message.get("id"), None)
                 if future is not None:
                     if "error" in message:
-                        future.set_exception(RuntimeError(message["error"].get("message", "error")))
+                        error = message["error"]
+                        future.set_exception(RpcError(error.get("message", "error"), error.get("code")))
                     else:
                         future.set_result(message.get("result"))
 
