@@ -304,6 +304,14 @@ class CompletionService:
         self.prefix_cache.clear()
         self._shown.clear()
 
+    def forget(self, doc_key: str) -> None:
+        """Drop a closed document's state: its shown completions (each holds a copy of the document's
+        text) and what the scheduler learnt. Both are LRU-bounded anyway; this frees them at once rather
+        than after a hundred other requests. The prefix cache is keyed by tokens, not documents: it stays."""
+        with self._lock:
+            self._shown.pop(doc_key, None)
+            self._sched_state.pop(doc_key, None)
+
     def recent_stats(self) -> list[dict[str, Any]]:
         return list(self._recent)
 

@@ -34,6 +34,13 @@ def document_text(server: DSparkServer, params: Any) -> dict[str, Any] | None:
     return {"uri": doc.uri, "version": doc.version, "text": doc.text}
 
 
+def _forget(forget: Any, uri: str) -> None:
+    try:
+        forget(uri)
+    except Exception:  # a cache bug must not cost the worker thread
+        log.exception("dropping the service state of %s failed", uri)
+
+
 def _field(value: Any, name: str) -> Any:
     return value.get(name) if isinstance(value, dict) else getattr(value, name, None)
 
@@ -67,6 +74,12 @@ def register(server: DSparkServer) -> None:
             server.worker.cancel_document(uri)
         if not server.docs.close(uri):
             log.debug("didClose for a document that was not open: %s", uri)
+        # The service's per-document caches go with the document (a fake service may not have them),
+        # on the service's one worker thread like every other service call (a decode may be writing them).
+        service = server.models.service if server.models is not None else None
+        forget = getattr(service, "forget", None)
+        if callable(forget):
+            server.executor.submit(_forget, forget, uri)
 
     @server.feature(DOCUMENT_TEXT_METHOD)
     def document_text_request(params: Any) -> dict[str, Any] | None:
