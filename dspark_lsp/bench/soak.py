@@ -628,14 +628,19 @@ def write_plot(report: SoakReport, path: Path) -> str:
     ax_rss.set_ylabel("VmRSS (MB)")
     ax_rss.legend(loc="lower right")
     mids = [(w["start_s"] + report.window_s / 2) / 60 for w in report.windows]
+    drawn = 0
     for key, label in (("p50_ms", "p50"), ("p95_ms", "p95")):
         pts = [(m, w[key]) for m, w in zip(mids, report.windows, strict=True) if w[key] is not None]
         if pts:
             ax_lat.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, label=label)
+            drawn += 1
     ax_lat.set_title("completion latency per window (answered before the next key)")
     ax_lat.set_ylabel("ms")
     ax_lat.set_xlabel("minutes")
-    ax_lat.legend(loc="upper right")
+    if drawn:
+        ax_lat.legend(loc="upper right")
+    else:  # every request was cancelled or failed: say so on the plot rather than draw an empty axis
+        ax_lat.text(0.5, 0.5, "no request answered before the next key", ha="center", transform=ax_lat.transAxes)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
