@@ -108,6 +108,13 @@ class ModelManager:
             log.info("loading: %s%s", message, "" if fraction is None else f" ({fraction:.0%})")
             if token:
                 self._channel.progress_report(token, message, fraction)
+            # The same step in dspark/status, so a status bar shows "loading… 60%" by itself (work-done
+            # progress is drawn by the client library in a place of its own, and not every client asks
+            # for it). A superseded or disabled load stays quiet: its state is no longer the server's.
+            with self._lock:
+                current = generation == self._generation and not self.closing
+            if current:
+                self._set_state(LOADING, message, progress=_clamp_fraction(fraction))
 
         started = time.perf_counter()
         try:
@@ -162,6 +169,13 @@ class ModelManager:
         except Exception:
             log.exception("closing the service failed")
 
-    def _set_state(self, state: str, message: str) -> None:
+    def _set_state(self, state: str, message: str, progress: float | None = None) -> None:
         self.state, self.message = state, message
-        self._channel.status(state, message)
+        self._channel.status(state, message, progress=progress)
+
+
+def _clamp_fraction(fraction: float | None) -> float | None:
+    """A load step's fraction as dspark/status carries it: within [0, 1], two decimals; None if unknown."""
+    if fraction is None or fraction != fraction:  # None or NaN: no figure rather than a wrong one
+        return None
+    return round(max(0.0, min(1.0, float(fraction))), 2)

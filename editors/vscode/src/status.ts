@@ -15,6 +15,8 @@ export interface StatusPayload {
    */
   speedup?: number;
   acceptedPerForward?: number;
+  /** While loading: the load's progress in [0, 1] (the server's load steps; absent when unknown). */
+  progress?: number;
 }
 
 export interface StatusView {
@@ -28,6 +30,12 @@ const STATES: readonly ServerState[] = ["starting", "loading", "ready", "error",
 
 function finiteNumber(v: unknown): number | undefined {
   return typeof v === "number" && Number.isFinite(v) ? v : undefined;
+}
+
+/** A fraction in [0, 1]; anything else (a percentage by mistake, NaN, a string) is dropped. */
+function fraction(v: unknown): number | undefined {
+  const n = finiteNumber(v);
+  return n !== undefined && n >= 0 && n <= 1 ? n : undefined;
 }
 
 /** Accepts whatever arrived on the wire; an unknown shape becomes an error state, never an exception. */
@@ -46,11 +54,16 @@ export function parseStatus(raw: unknown): StatusPayload {
     lastLatencyMs: finiteNumber(r.lastLatencyMs),
     speedup: finiteNumber(r.speedup),
     acceptedPerForward: finiteNumber(r.acceptedPerForward),
+    progress: fraction(r.progress),
   };
 }
 
 function formatLatency(ms: number): string {
   return ms >= 1000 ? `${(ms / 1000).toFixed(1)} s` : `${Math.round(ms)} ms`;
+}
+
+function formatPercent(f: number): string {
+  return `${Math.round(f * 100)}%`;
 }
 
 /** `enabled` is the client-side toggle: off wins over whatever the server last said. */
@@ -64,6 +77,9 @@ export function renderStatus(status: StatusPayload, enabled: boolean): StatusVie
   } else if (status.acceptedPerForward !== undefined) {
     figures.push(`${status.acceptedPerForward.toFixed(2)} tokens per target forward`);
   }
+  if (status.state === "loading" && status.progress !== undefined) {
+    figures.push(`models loaded: ${formatPercent(status.progress)}`);
+  }
   const lines = [`DSpark: ${enabled ? status.state : "disabled"}`];
   if (status.message) {
     lines.push(status.message);
@@ -76,9 +92,13 @@ export function renderStatus(status: StatusPayload, enabled: boolean): StatusVie
     return { text: "$(circle-slash) DSpark", tooltip, isError: false };
   }
   switch (status.state) {
+    // The words say what the spinner means, and the load's progress when the server sent one.
     case "starting":
-    case "loading":
-      return { text: "$(sync~spin) DSpark", tooltip, isError: false };
+      return { text: "$(sync~spin) DSpark starting…", tooltip, isError: false };
+    case "loading": {
+      const pct = status.progress !== undefined ? ` ${formatPercent(status.progress)}` : "";
+      return { text: `$(sync~spin) DSpark loading…${pct}`, tooltip, isError: false };
+    }
     case "error":
       return { text: "$(error) DSpark", tooltip, isError: true };
     case "stopped":

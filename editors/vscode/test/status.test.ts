@@ -2,11 +2,22 @@ import { strict as assert } from "node:assert";
 import { test } from "node:test";
 import { parseStatus, renderStatus } from "../src/status";
 
-test("loading spins", () => {
+test("loading spins and says so; progress as a percentage when the server sends one", () => {
   const v = renderStatus(parseStatus({ state: "loading", message: "loading Qwen" }), true);
-  assert.equal(v.text, "$(sync~spin) DSpark");
+  assert.equal(v.text, "$(sync~spin) DSpark loading…");
   assert.match(v.tooltip, /loading Qwen/);
   assert.equal(v.isError, false);
+  const p = renderStatus(parseStatus({ state: "loading", message: "loading draft d", progress: 0.6 }), true);
+  assert.equal(p.text, "$(sync~spin) DSpark loading… 60%");
+  assert.match(p.tooltip, /loading draft d/);
+  assert.match(p.tooltip, /models loaded: 60%/);
+  assert.equal(renderStatus(parseStatus({ state: "loading", progress: 0 }), true).text, "$(sync~spin) DSpark loading… 0%");
+  assert.equal(renderStatus(parseStatus({ state: "starting" }), true).text, "$(sync~spin) DSpark starting…");
+  // A percentage sent by mistake (60, not 0.6) or a non-number is dropped, not shown as 6000%.
+  assert.equal(parseStatus({ state: "loading", progress: 60 }).progress, undefined);
+  assert.equal(parseStatus({ state: "loading", progress: "half" }).progress, undefined);
+  // Once ready, a stale progress figure is not shown.
+  assert.doesNotMatch(renderStatus(parseStatus({ state: "ready", progress: 0.6 }), true).tooltip, /models loaded/);
 });
 
 test("ready shows last latency and speedup", () => {
