@@ -3,17 +3,29 @@
 concurrent.futures.ThreadPoolExecutor joins its threads at interpreter exit, so an `exit` that arrives
 during a 60-second model load would hang the editor's shutdown for a minute. This executor runs jobs in
 order on one daemon thread (the service is single-threaded anyway, see loader.py) and never blocks exit.
+
+But a daemon thread must not be *running torch* when the interpreter finalizes: CPython (3.11) ends such
+a thread with pthread_exit when the op returns and asks for the GIL back, and the forced unwind through
+pybind11's noexcept gil_scoped_release destructor calls std::terminate ("terminate called without an
+active exception", SIGABRT, exit code -6/134). `join_all` lets the process entry point find out whether
+any worker is still inside a model call before it lets the interpreter finalize (server.run_server).
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+import time
+import weakref
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import Any
 
 _STOP = object()
+
+# Every executor whose thread may still run; a running thread's target holds its executor alive.
+_LIVE: weakref.WeakSet[SerialExecutor] = weakref.WeakSet()
+_LIVE_LOCK = threading.Lock()
 
 
 class SerialExecutor(Executor):
@@ -23,6 +35,8 @@ class SerialExecutor(Executor):
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
+        with _LIVE_LOCK:
+            _LIVE.add(self)
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
         with self._lock:
@@ -70,3 +84,20 @@ class SerialExecutor(Executor):
         """Wait for queued work to finish (after shutdown); True if the thread ended in time."""
         self._thread.join(timeout)
         return not self._thread.is_alive()
+
+    @staticmethod
+    def join_all(timeout: float) -> bool:
+        """Shut every executor of this process down and wait (one shared deadline) for their threads.
+
+        True when all of them ended: no thread of ours is inside a model call, so the interpreter may
+        finalize. At process end no new work may start anyway, hence the shutdown of executors whose
+        owner did not (a TCP session's is shut down when it closes; this makes sure of the rest)."""
+        deadline = time.monotonic() + timeout
+        with _LIVE_LOCK:
+            executors = list(_LIVE)
+        ended = True
+        for executor in executors:
+            executor.shutdown(wait=False)
+            if not executor.join(max(0.0, deadline - time.monotonic())):
+                ended = False
+        return ended

@@ -46,6 +46,9 @@ try:
 except Exception:  # running from a source tree that is not installed
     SERVER_VERSION = "0.0.0"
 
+# How long `exit` (or the end of the stream) waits for a running model call to see its cancel flag.
+EXIT_GRACE_S = 2.0
+
 # JSON-RPC error codes pygls has no helper for.
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -370,8 +373,9 @@ class DSparkServer(LanguageServer):
         if self.models is not None:
             self.models.shutdown()
         self.executor.shutdown(wait=False)
-        # Give a running decode a moment to see its cancel flag and the service to close cleanly.
-        self.executor.join(timeout=2.0)
+        # Give a running decode a moment to see its cancel flag and the service to close cleanly
+        # (run_server's _finish ends the process if it is still inside a model call after this).
+        self.executor.join(timeout=EXIT_GRACE_S)
         if self._stop_event is not None:
             self._stop_event.set()
         if self._server is not None:
@@ -532,6 +536,43 @@ def run_server(
             pass
         finally:
             server.shutdown()
+    _flush_logs()
+    return _finish(server.exit_code)
+
+
+# After DSparkServer.shutdown's own wait (EXIT_GRACE_S) for the worker to see its cancel flag: what the
+# other executors (TCP sessions closed without waiting) get on top, from one shared deadline.
+EXIT_LEFTOVER_S = 0.5
+
+
+def _finish(code: int) -> int:
+    """`code` when no worker thread is inside a model call; otherwise the process ends here.
+
+    A decode's cancel is seen between forwards, but one forward (a 256-token prefill slice, a model
+    load) cannot be interrupted and takes seconds on a loaded machine. Returning would let the
+    interpreter finalize with that daemon thread inside torch, and CPython 3.11 kills such a thread
+    with pthread_exit when the op returns: the unwind through pybind11's noexcept gil_scoped_release
+    destructor is std::terminate, i.e. SIGABRT (exit -6) instead of the exit code the LSP spec asks
+    for (0 after shutdown, 1 without). Nothing is left for interpreter teardown to do that matters
+    here (no files to write; the logs are flushed below; the models are only memory), so after
+    flushing, os._exit ends the process at once with the right code and without running finalizers.
+    """
+    if SerialExecutor.join_all(EXIT_LEFTOVER_S):
+        return code
+    log.warning("a model call is still running after exit; ending the process without waiting for it")
+    _flush_logs()
+    os._exit(code)
+
+
+def _flush_logs() -> None:
     for handler in logging.getLogger().handlers:
-        handler.flush()
-    return server.exit_code
+        try:
+            handler.flush()
+        except Exception:  # a closed stream must not turn a clean exit into a traceback
+            pass
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            pass
