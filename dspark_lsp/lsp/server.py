@@ -81,6 +81,9 @@ class DSparkProtocol(LanguageServerProtocol):
         # Set for a TCP session: `exit` ends this connection (called with the exit code) instead of
         # the process, which other editors may still be connected to.
         self.on_exit: Any = None
+        # Set by `exit`: the writer closes right after, and the answers of requests the exit cancelled
+        # (pygls answers each cancelled task) must not be written to it (a traceback per request).
+        self.exited = False
 
     # -- one frame's body -> one message ---------------------------------------------------------
     def handle_body(self, frame: Frame) -> None:
@@ -171,12 +174,19 @@ class DSparkProtocol(LanguageServerProtocol):
             return
         super().handle_message(message)
 
+    def _send_data(self, data: Any) -> None:
+        if self.exited:
+            log.debug("after exit, not sending %.200r", data)
+            return
+        super()._send_data(data)
+
     def _send_raw_error(self, msg_id: int | float | str | None, code: int, message: str) -> None:
         self._send_data({"jsonrpc": "2.0", "id": msg_id, "error": {"code": code, "message": message}})
 
     @lsp_method(types.EXIT)
     def lsp_exit(self, *args: Any) -> Any:
         """pygls' exit calls sys.exit; a TCP session ends only its own connection (see on_exit)."""
+        self.exited = True
         if self.on_exit is None:
             yield from super().lsp_exit(*args)
             return
