@@ -355,7 +355,9 @@ class SpeculativeDecoder:
         stats.prefill_tokens = len(prompt) - reused
         last_logits: torch.Tensor | None = None
         for start in range(reused, len(prompt), PREFILL_CHUNK):
-            if cancel is not None and cancel.is_set() and start + PREFILL_CHUNK < len(prompt):
+            # Every slice, the last too: a prompt within one slice (the default 256-token window) was
+            # prefilled in full even when cancelled before it started (seconds of a busy worker).
+            if cancel is not None and cancel.is_set():
                 break
             chunk_logits, h = self._forward(
                 prompt[start : start + PREFILL_CHUNK], cache, config.pad_to, want_feats, last_only=True
@@ -464,7 +466,7 @@ class SpeculativeDecoder:
         stats.k_trace = list(sched.k_trace)
         stats.tau_trace = [round(t, 4) for t in sched.tau_trace]
         stats.stop_reason = stop_reason
-        if self.prefix_cache is not None:
+        if self.prefix_cache is not None and cache_len(cache) > 0:  # cancelled before any slice: nothing
             # The cache may cover tokens past an EOS or the token cap; store exactly what it covers.
             full = prompt + generated
             covered = min(cache_len(cache), len(full))
