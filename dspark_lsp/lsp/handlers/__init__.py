@@ -9,7 +9,7 @@ if TYPE_CHECKING:
 
 
 def register_all(server: DSparkServer) -> None:
-    from dspark_lsp.lsp.handlers import completion, configuration, documents, lifecycle, stats
+    from dspark_lsp.lsp.handlers import completion, configuration, documents, feedback, lifecycle, stats
 
-    for module in (lifecycle, documents, configuration, completion, stats):
+    for module in (lifecycle, documents, configuration, completion, feedback, stats):
         module.register(server)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from dspark_lsp.lsp.handlers.feedback import feedback_of
+
 if TYPE_CHECKING:
     from dspark_lsp.lsp.server import DSparkServer
 
@@ -34,6 +36,8 @@ def collect(server: DSparkServer) -> dict[str, Any]:
         except Exception:
             log.exception("recent_stats failed")
     out["service"] = recent
+    # Shown / accepted completions as the editor reported them (handlers/feedback.py).
+    out["feedback"] = feedback_of(server).snapshot()
     return out
 
 
