@@ -33,7 +33,12 @@ def add_eval_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--corpus", default=None, metavar="DIR", help="also cut holes in the source files under DIR"
     )
-    p.add_argument("--limit", type=int, default=0, help="problems per set / corpus language (0 = all)")
+    p.add_argument(
+        "--limit",
+        type=int,
+        default=0,
+        help="problems per HumanEval set / corpus language (0 = all; a corpus then gives 50 a language)",
+    )
     p.add_argument("--seed", type=int, default=0, help="which problems --limit picks")
     p.add_argument(
         "--max-new-tokens", type=int, default=None, help="the service's budget (default: the server's)"
