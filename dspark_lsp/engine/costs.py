@@ -17,9 +17,9 @@ COST_CPU_BF16: dict[int, float] = {1: 120.0, 2: 125.0, 4: 141.0, 6: 167.0, 8: 18
 COST_CPU_FP32_PACKED: dict[int, float] = {1: 113.0, 2: 116.0, 4: 112.0, 8: 116.0, 16: 150.0}
 COST_GPU: dict[int, float] = {1: 1.0, 4: 1.02, 8: 1.05}
 # The quantized GGUF target (dspark_lsp.quant, int16 activations, one C++ op per layer) on a 2-core AVX2
-# CPU, context 256 (bench forward_cost_ms, bench/results/2026-12-01-s7; 3 interpolated): the weights
+# CPU, context 256 (bench forward_cost_ms, bench/results/2026-12-01-s8; 3 interpolated): the weights
 # stream once per forward, but each row costs its integer multiply-adds and attention, so it rises with n.
-COST_CPU_GGUF: dict[int, float] = {1: 28.0, 2: 35.7, 3: 45.6, 4: 55.5, 6: 75.4, 8: 125.3}
+COST_CPU_GGUF: dict[int, float] = {1: 28.1, 2: 29.6, 3: 33.6, 4: 37.7, 6: 57.8, 8: 71.3}
 # Forward lengths the load-time calibration times: every draft length the scheduler may ask for (k <= 5
 # by default, so up to 6 tokens) and 8, so the padding plan can see which shapes are cheap.
 CALIBRATION_SIZES: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8)
