@@ -10,7 +10,10 @@ way a session can end is tried while it runs.
 
 from __future__ import annotations
 
+import json
+import re
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -77,11 +80,21 @@ SERVER_SCRIPT = textwrap.dedent(
         load=lambda config, progress: BusyService(),
     )
     server = create_server(backend=backend)
-    sys.exit(run_server(stdio=True, tcp=None, log_level="info", log_file=None, server=server))
+    tcp = ("127.0.0.1", 0) if sys.argv[2:] == ["--tcp"] else None
+    sys.exit(run_server(stdio=tcp is None, tcp=tcp, log_level="info", log_file=None, server=server))
     """
 )
 
 URI = "file:///tmp/busy.py"
+OPEN_PARAMS = {
+    "textDocument": {"uri": URI, "languageId": "python", "version": 1, "text": "def f(x):\n    return "}
+}
+# triggerKind 1 (Invoked): no debounce, the request goes straight to the worker.
+COMPLETE_PARAMS = {
+    "textDocument": {"uri": URI},
+    "position": {"line": 1, "character": 11},
+    "context": {"triggerKind": 1},
+}
 
 
 def _start_busy_decode(tmp_path: Path) -> tuple[StdioClient, Path]:
@@ -94,33 +107,19 @@ def _start_busy_decode(tmp_path: Path) -> tuple[StdioClient, Path]:
     client.request("initialize", {"processId": None, "rootUri": None, "capabilities": {}}).result(timeout=60)
     client.notify("initialized", {})
     client.wait_status({"ready"}, 60)
-    client.notify(
-        "textDocument/didOpen",
-        {
-            "textDocument": {
-                "uri": URI,
-                "languageId": "python",
-                "version": 1,
-                "text": "def f(x):\n    return ",
-            }
-        },
-    )
-    # triggerKind 1 (Invoked): no debounce, the request goes straight to the worker.
-    client.send_request(
-        "textDocument/inlineCompletion",
-        {
-            "textDocument": {"uri": URI},
-            "position": {"line": 1, "character": 11},
-            "context": {"triggerKind": 1},
-        },
-    )
+    client.notify("textDocument/didOpen", OPEN_PARAMS)
+    client.send_request("textDocument/inlineCompletion", COMPLETE_PARAMS)
+    _wait_in_torch(marker, client.proc)
+    return client, stderr_log
+
+
+def _wait_in_torch(marker: Path, proc: subprocess.Popen[bytes]) -> None:
     deadline = time.monotonic() + 60
     while not marker.exists():
         assert time.monotonic() < deadline, "the completion never reached the service"
-        assert client.proc.poll() is None, "the server died before the completion started"
+        assert proc.poll() is None, "the server died before the completion started"
         time.sleep(0.05)
     time.sleep(0.3)  # well inside the torch loop
-    return client, stderr_log
 
 
 def _end(client: StdioClient, how: str) -> None:
@@ -179,3 +178,87 @@ def _close_quietly(client: Any) -> None:
     stderr_file = getattr(client, "_stderr_file", None)
     if stderr_file is not None:
         stderr_file.close()
+
+
+class _TcpEditor:
+    """A blocking JSON-RPC client over one TCP connection (reads in order; no server requests here)."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+        self.stream = self.sock.makefile("rb")
+        self.next_id = 0
+
+    def send(self, message: dict[str, Any]) -> None:
+        body = json.dumps({"jsonrpc": "2.0", **message}).encode()
+        self.sock.sendall(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+
+    def request(self, method: str, params: Any) -> int:
+        self.next_id += 1
+        self.send({"id": self.next_id, "method": method, "params": params})
+        return self.next_id
+
+    def read_until(self, wanted: Any) -> dict[str, Any]:
+        while True:
+            length = 0
+            while True:
+                line = self.stream.readline()
+                assert line, "the server closed the connection"
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":", 1)[1])
+                elif line.strip() == b"" and length:
+                    break
+            message = json.loads(self.stream.read(length))
+            if wanted(message):
+                return dict(message)
+
+    def close(self) -> None:
+        self.stream.close()
+        self.sock.close()
+
+
+@pytest.mark.slow
+def test_tcp_exit_while_a_session_runs_a_model_call(tmp_path: Path) -> None:
+    """--tcp: each editor's session has its own worker; the last editor's exit ends the process."""
+    script = tmp_path / "busy_server.py"
+    script.write_text(SERVER_SCRIPT)
+    marker = tmp_path / "in_torch"
+    stderr_log = tmp_path / "stderr.log"
+    with stderr_log.open("wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, str(script), str(marker), "--tcp"], stdin=subprocess.DEVNULL, stderr=err
+        )
+    editor: _TcpEditor | None = None
+    try:
+        deadline = time.monotonic() + 60
+        while (found := re.search(r"listening on 127\.0\.0\.1:(\d+)", stderr_log.read_text())) is None:
+            assert time.monotonic() < deadline and proc.poll() is None, stderr_log.read_text()[-2000:]
+            time.sleep(0.05)
+        editor = _TcpEditor(int(found.group(1)))
+        init = editor.request("initialize", {"processId": None, "rootUri": None, "capabilities": {}})
+        editor.read_until(lambda m: m.get("id") == init)
+        editor.send({"method": "initialized", "params": {}})
+        editor.read_until(
+            lambda m: m.get("method") == "dspark/status" and m["params"].get("state") == "ready"
+        )
+        editor.send({"method": "textDocument/didOpen", "params": OPEN_PARAMS})
+        editor.request("textDocument/inlineCompletion", COMPLETE_PARAMS)
+        _wait_in_torch(marker, proc)
+        started = time.monotonic()
+        shutdown = editor.request("shutdown", None)
+        editor.read_until(lambda m: m.get("id") == shutdown)
+        editor.send({"method": "exit", "params": None})
+        try:
+            code = proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the server did not end within 20 s of exit (the busy call lasts 30 s)")
+        took = time.monotonic() - started
+    finally:
+        if editor is not None:
+            editor.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    stderr = stderr_log.read_text(errors="replace")
+    assert "terminate called" not in stderr, stderr[-2000:]
+    assert code == 0, f"exit code {code}; stderr tail:\n{stderr[-2000:]}"
+    assert took < 10, f"the server took {took:.1f} s to end"
