@@ -137,6 +137,7 @@ try {
     await page.screenshot({ path: join(artifacts, "1-models-ready.png") });
   }
   note("models ready");
+  result.modelsReadyS = +((Date.now() - t0) / 1000).toFixed(2); // from the browser's start
   result.loadingSeen = result.statusSeen.filter((s) => /loading/i.test(s.text));
   check(result.loadingSeen.length > 0, "the status bar said 'loading' before the models were ready");
   result.loadingProgressSeen = result.loadingSeen.filter((s) => /\d+\s*%/.test(s.text));
@@ -189,6 +190,40 @@ try {
   result.finalStatus = final;
   if (final && /×/.test(final.text)) check(true, `status bar: ${final.text}`);
   await page.screenshot({ path: join(artifacts, "3-accepted.png") });
+
+  // The server heard what was shown and accepted: DSpark: Show Stats opens dspark/stats as Markdown;
+  // its summary JSON ends with the feedback counters (read at the end of the document).
+  await page.keyboard.press("F1");
+  await page.waitForSelector(".quick-input-widget input", { timeout: 10000 });
+  await page.keyboard.type("DSpark: Show Stats", { delay: 20 });
+  await waitFor("the Show Stats command in the palette", 15000, () =>
+    page.evaluate(() => /Show Stats/.test(document.querySelector(".quick-input-list")?.textContent ?? "")));
+  await page.keyboard.press("Enter");
+  await waitFor("the stats document", 20000, () =>
+    page.evaluate(() => [...document.querySelectorAll(".monaco-editor .view-lines")].some((el) => /DSpark\s+stats/.test(el.textContent ?? "")))); // Monaco renders spaces as U+00A0
+  await page.keyboard.press("Control+End");
+  const feedback = await waitFor("the feedback counters in the stats", 10000, () =>
+    page.evaluate(() => {
+      for (const el of document.querySelectorAll(".monaco-editor .view-lines")) {
+        const lines = [...el.querySelectorAll(".view-line")]
+          .map((l) => ({ top: parseFloat(l.style.top || "0"), text: (l.textContent ?? "").replace(/\u00a0/g, " ") }))
+          .sort((a, b) => a.top - b.top)
+          .map((l) => l.text);
+        const at = lines.findIndex((l) => /"feedback"/.test(l));
+        if (at < 0) continue;
+        const num = (key) => {
+          const line = lines.slice(at).find((l) => new RegExp(`"${key}": `).test(l));
+          const m = line && line.match(/: (-?[\d.]+|null)/);
+          return m ? (m[1] === "null" ? null : Number(m[1])) : undefined;
+        };
+        return { shown: num("shown"), accepted: num("accepted"), acceptanceRate: num("acceptanceRate") };
+      }
+      return null;
+    }));
+  result.feedback = feedback;
+  await page.screenshot({ path: join(artifacts, "4-stats.png") });
+  check(feedback.shown >= 1, `dspark/stats counted the shown completion (shown ${feedback.shown})`);
+  check(feedback.accepted === 1, `dspark/stats counted the accepted completion (accepted ${feedback.accepted})`);
   await status.stop();
   code = failures.length === 0 ? 0 : 1;
 } catch (e) {

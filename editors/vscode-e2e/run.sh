@@ -14,7 +14,7 @@
 set -uo pipefail
 
 CODE_SERVER_VERSION=4.100.3
-PLAYWRIGHT_VERSION=1.56.1
+PLAYWRIGHT_VERSION=1.56.1  # drives Debian 12's Chromium 156 over CDP (measured here)
 # @vscode/ripgrep (a code-server dependency) downloads rg from a code host in its postinstall; seeding
 # its cache with Debian's rg avoids the download (names from @vscode/ripgrep 1.15.11).
 RG_CACHE_VERSION=1.15.11
@@ -26,6 +26,8 @@ repo="$(cd "$here/../.." && pwd)"
 prefix="${DSPARK_E2E_PREFIX:-${XDG_CACHE_HOME:-$HOME/.cache}/dspark-lsp/vscode-e2e/code-server-$CODE_SERVER_VERSION}"
 artifacts="${DSPARK_E2E_ARTIFACTS:-$(mktemp -d -t dspark-vscode-e2e.XXXXXX)}"
 mkdir -p "$artifacts"
+# A reused artifacts dir must not show an older run's screenshots or verdict as this one's.
+rm -f "$artifacts"/*.png "$artifacts/result.json" "$artifacts/code-server.log" "$artifacts"/*DSpark*.log
 log="$artifacts/e2e.log"
 : > "$log"
 start=$(date +%s)
@@ -130,8 +132,22 @@ cat > "$sandbox/user/User/settings.json" <<JSON
 JSON
 # The function body's last line is empty and indented: the driver types `return fib` there.
 printf 'def fibonacci(n):\n    if n < 2:\n        return n\n    \n\n\nprint(fibonacci(10))\n' > "$sandbox/ws/sample.py"
+# code-server and the driver each run in a session of their own (setsid), so that everything they
+# start — the extension host, the dspark-lsp server with its ~1.4 GB of models, Chromium — is one
+# process group that cleanup ends as a whole (killing code-server's own pid leaves its children running).
+stop_group() {
+  local pgid="$1"
+  [[ -n "$pgid" ]] || return 0
+  kill -TERM -- "-$pgid" 2>/dev/null || return 0
+  for _ in $(seq 1 20); do
+    kill -0 -- "-$pgid" 2>/dev/null || return 0
+    sleep 0.25
+  done
+  kill -KILL -- "-$pgid" 2>/dev/null || true
+}
 cleanup() {
-  [[ -n "${cs_pid:-}" ]] && kill "$cs_pid" 2>/dev/null && wait "$cs_pid" 2>/dev/null
+  stop_group "${drive_pid:-}"
+  stop_group "${cs_pid:-}"
   cp "$sandbox/ws/sample.py" "$artifacts/sample.py" 2>/dev/null
   # The server's own log, when the extension wrote one (the output channel lives in the user data dir).
   find "$sandbox/user/logs" -name '*DSpark*' -exec cp {} "$artifacts/" \; 2>/dev/null
@@ -146,7 +162,7 @@ nice_run "$code_server" "${cs_common[@]}" --install-extension "$ext/dspark-lsp.v
 # -- serve on a free loopback port and drive it ------------------------------------------------------
 port="$("$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 say "code-server on 127.0.0.1:$port"
-nice_run "$code_server" "${cs_common[@]}" --bind-addr "127.0.0.1:$port" --auth none \
+setsid nice -n 19 "$code_server" "${cs_common[@]}" --bind-addr "127.0.0.1:$port" --auth none \
   --disable-telemetry --disable-update-check --disable-workspace-trust --disable-getting-started-override \
   "$sandbox/ws" >>"$artifacts/code-server.log" 2>&1 &
 cs_pid=$!
@@ -157,9 +173,11 @@ for _ in $(seq 1 120); do
 done
 curl -fsS -o /dev/null "http://127.0.0.1:$port/healthz" || fail "code-server did not answer on 127.0.0.1:$port"
 say "driving Chromium (playwright-core)"
-nice_run node "$here/drive.mjs" "$prefix/node_modules/playwright-core" \
-  "http://127.0.0.1:$port/?folder=$sandbox/ws" "$sandbox/ws/sample.py" "$artifacts" 2>&1 | tee -a "$log"
-drive_rc=${PIPESTATUS[0]}
+setsid nice -n 19 node "$here/drive.mjs" "$prefix/node_modules/playwright-core" \
+  "http://127.0.0.1:$port/?folder=$sandbox/ws" "$sandbox/ws/sample.py" "$artifacts" > >(tee -a "$log") 2>&1 &
+drive_pid=$!
+drive_rc=0
+wait "$drive_pid" || drive_rc=$?
 say "artifacts (log, screenshots, result.json) in $artifacts"
 (( drive_rc == 0 )) || fail "the editor checks failed (result.json lists them)"
 say "passed"

@@ -6,6 +6,7 @@ import {
   ServerOptions,
   State,
 } from "vscode-languageclient/node";
+import { TypingSpeed } from "./debounce";
 import { INSTALL_HINT, Launch, probeLaunch, resolveLaunch, which } from "./launch";
 import { actionForChange, didChangeConfigurationParams, initializationOptions, readServerSettings, ServerSettings } from "./settings";
 import { formatStats } from "./stats";
@@ -18,10 +19,39 @@ export const COMMANDS = {
   restart: "dspark.restartServer",
   toggle: "dspark.toggle",
   showStats: "dspark.showStats",
+  /** Internal (not in the palette): the accepted inline item's command, reports the accept. */
+  accepted: "dspark.accepted",
 } as const;
 
 const STATUS_NOTIFICATION = "dspark/status";
 const STATS_REQUEST = "dspark/stats";
+// Feedback the server counts in dspark/stats (dspark_lsp/lsp/handlers/feedback.py).
+const DID_SHOW = "textDocument/didShowCompletion";
+const DID_ACCEPT = "dspark/didAcceptCompletion";
+
+type InlineResult = vscode.InlineCompletionItem[] | vscode.InlineCompletionList | null | undefined;
+
+function insertTextOf(item: vscode.InlineCompletionItem): string {
+  return typeof item.insertText === "string" ? item.insertText : item.insertText.value;
+}
+
+/** Resolves after `ms`, or as soon as the token is cancelled. */
+function sleep(ms: number, token: vscode.CancellationToken): Promise<void> {
+  if (token.isCancellationRequested) {
+    return Promise.resolve();
+  }
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => {
+      sub.dispose();
+      resolve();
+    }, ms);
+    const sub = token.onCancellationRequested(() => {
+      clearTimeout(timer);
+      sub.dispose();
+      resolve();
+    });
+  });
+}
 
 function config(): vscode.WorkspaceConfiguration {
   return vscode.workspace.getConfiguration("dspark");
@@ -34,6 +64,8 @@ export class DsparkController implements vscode.Disposable {
   private readonly output: vscode.LogOutputChannel;
   private readonly statusItem: vscode.StatusBarItem;
   private reportedProblems = new Set<string>();
+  /** Typing speed in the active editor, for the adaptive wait before an automatic request. */
+  readonly typing = new TypingSpeed();
 
   constructor() {
     this.output = vscode.window.createOutputChannel("DSpark", { log: true });
@@ -110,8 +142,23 @@ export class DsparkController implements vscode.Disposable {
       initializationOptions: initializationOptions(this.currentSettings()),
       middleware: {
         // The toggle acts at once on the client side too, without waiting for the server to hear of it.
-        provideInlineCompletionItems: (document, position, context, token, next) =>
-          this.enabled ? next(document, position, context, token) : undefined,
+        provideInlineCompletionItems: async (document, position, context, token, next) => {
+          if (!this.enabled) {
+            return undefined;
+          }
+          if (context.triggerKind === vscode.InlineCompletionTriggerKind.Automatic) {
+            // Adaptive debounce: in the middle of a fast burst, wait until the burst has probably
+            // ended (VS Code cancels this call when the next key comes, and nothing is sent).
+            const wait = this.typing.delayMs(Date.now(), this.currentSettings().debounceMs);
+            if (wait > 0) {
+              await sleep(wait, token);
+              if (token.isCancellationRequested) {
+                return undefined;
+              }
+            }
+          }
+          return this.track(document.uri.toString(), await next(document, position, context, token));
+        },
         // VS Code shows ghost text from inlineCompletion; the same text as a suggest-list item would be a
         // duplicate, so completion items are opt-in (clients without inline completion use them).
         provideCompletionItem: (document, position, context, token, next) =>
@@ -145,6 +192,51 @@ export class DsparkController implements vscode.Disposable {
       this.output.appendLine(message);
       this.setStatus({ state: "error", message });
       void this.offerFix(message);
+    }
+  }
+
+  /**
+   * Tells the server what VS Code was given to show and, through the items' command (run by VS Code
+   * when an item is accepted whole), what was accepted. VS Code's stable API has no "shown" or
+   * "partially accepted" callback (handleDidShowCompletionItem / handleDidPartiallyAcceptCompletionItem
+   * are proposed API), so the first item handed over counts as shown: VS Code shows it unless the
+   * user typed on first, which makes the acceptance rate a lower bound.
+   */
+  private track(uri: string, result: InlineResult): InlineResult {
+    const items = Array.isArray(result) ? result : result?.items;
+    const client = this.client;
+    if (!items || items.length === 0 || !client) {
+      return result;
+    }
+    for (const item of items) {
+      if (item.command === undefined) {
+        item.command = { command: COMMANDS.accepted, title: "DSpark: accepted", arguments: [uri, insertTextOf(item)] };
+      }
+    }
+    const shown = insertTextOf(items[0]);
+    if (shown) {
+      void client.sendNotification(DID_SHOW, { uri, item: { insertText: shown } }).catch(() => undefined);
+    }
+    return result;
+  }
+
+  /** The accepted item's command. */
+  async accepted(uri: unknown, insertText: unknown): Promise<void> {
+    if (typeof uri === "string" && typeof insertText === "string" && this.client?.isRunning()) {
+      await this.client.sendNotification(DID_ACCEPT, { uri, item: { insertText } }).catch(() => undefined);
+    }
+  }
+
+  /** A text change: a single small edit in the active editor is a keystroke for the typing speed. */
+  onDocumentChanged(e: vscode.TextDocumentChangeEvent): void {
+    const active = vscode.window.activeTextEditor?.document;
+    if (active === undefined || e.document !== active || e.contentChanges.length !== 1) {
+      return;
+    }
+    const change = e.contentChanges[0];
+    // A paste or an accepted completion is not typing speed.
+    if (change.text.length <= 2 && change.rangeLength <= 1) {
+      this.typing.record(Date.now());
     }
   }
 
@@ -222,6 +314,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<Dspark
     vscode.commands.registerCommand(COMMANDS.restart, () => c.restart()),
     vscode.commands.registerCommand(COMMANDS.toggle, () => c.toggle()),
     vscode.commands.registerCommand(COMMANDS.showStats, () => c.showStats()),
+    vscode.commands.registerCommand(COMMANDS.accepted, (uri: unknown, text: unknown) => c.accepted(uri, text)),
+    vscode.workspace.onDidChangeTextDocument((e) => c.onDocumentChanged(e)),
     vscode.workspace.onDidChangeConfiguration((e) => c.onConfigurationChanged(e)),
   );
   await c.start();

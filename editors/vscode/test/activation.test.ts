@@ -15,8 +15,11 @@ const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "dspark-vscode-"));
 const log = path.join(tmp, "mock.jsonl");
 const server = path.join(tmp, "dspark-lsp");
 
+interface Controller {
+  typing: { record(t: number): void };
+}
 interface Ext {
-  activate(ctx: { subscriptions: { dispose(): unknown }[] }): Promise<unknown>;
+  activate(ctx: { subscriptions: { dispose(): unknown }[] }): Promise<Controller>;
   deactivate(): Promise<void>;
 }
 // The entry point named by package.json, loaded after the stub is in place.
@@ -39,13 +42,14 @@ function received(): { method?: string; params?: Record<string, unknown> }[] {
 }
 
 const ctx = { subscriptions: [] as { dispose(): unknown }[] };
+let controller: Controller;
 const status = (): string => (recorded.statusItems[0] as { text: string }).text;
 
 before(async () => {
   fs.writeFileSync(server, `#!/bin/sh\nDSPARK_MOCK_LOG='${log}' exec python3 '${mock}' "$@"\n`, { mode: 0o755 });
   recorded.config.set("dspark.serverPath", server);
   recorded.config.set("dspark.maxNewTokens", 8);
-  await ext.activate(ctx);
+  controller = await ext.activate(ctx);
 });
 
 after(async () => {
@@ -83,6 +87,18 @@ test("inline completion goes through vscode-languageclient to the server and bac
   await until(() => status() === "$(zap) DSpark 13 ms · 2.3×", "latency in the status bar");
   const ask = received().find((m) => m.method === "textDocument/inlineCompletion");
   assert.deepEqual(ask?.params?.position, { line: 1, character: 4 });
+
+  // What VS Code was given to show is reported, and accepting an item (VS Code runs its command)
+  // reports the accept: the server counts both in dspark/stats.
+  await until(() => received().some((m) => m.method === "textDocument/didShowCompletion"), "didShowCompletion");
+  const shown = received().find((m) => m.method === "textDocument/didShowCompletion");
+  assert.deepEqual(shown?.params, { uri: "file:///tmp/x.py", item: { insertText: "return 42  # from dspark" } });
+  const command = (items[0] as unknown as { command: { command: string; arguments: unknown[] } }).command;
+  assert.equal(command.command, "dspark.accepted");
+  await recorded.commands.get(command.command)?.(...command.arguments);
+  await until(() => received().some((m) => m.method === "dspark/didAcceptCompletion"), "didAcceptCompletion");
+  const took = received().find((m) => m.method === "dspark/didAcceptCompletion");
+  assert.deepEqual(took?.params, { uri: "file:///tmp/x.py", item: { insertText: "return 42  # from dspark" } });
 });
 
 test("Show Stats opens a Markdown document with the server's figures", async () => {
@@ -91,6 +107,49 @@ test("Show Stats opens a Markdown document with the server's figures", async () 
   assert.equal(doc?.language, "markdown");
   assert.match(doc?.content ?? "", /## requests/);
   assert.match(doc?.content ?? "", /"served": 1/);
+});
+
+test("adaptive debounce: mid-burst, an automatic request waits and a cancel during the wait sends nothing", async () => {
+  const { provider } = recorded.inlineProviders[0] as { provider: { provideInlineCompletionItems: (...a: unknown[]) => Promise<unknown> } };
+  const document = textDocument("/tmp/x.py", "python", "def f():\n    ") as unknown;
+  // Keys every 400 ms: the target wait is the 400 ms cap; the server's debounceMs (150) leaves ~250.
+  const now = Date.now();
+  for (const t of [now - 1200, now - 800, now - 400, now]) {
+    controller.typing.record(t);
+  }
+  const asked = (): number => received().filter((m) => m.method === "textDocument/inlineCompletion").length;
+  const before = asked();
+  let cancel: () => void = () => undefined;
+  const token = {
+    isCancellationRequested: false,
+    onCancellationRequested: (fn: () => void) => {
+      cancel = () => {
+        token.isCancellationRequested = true;
+        fn();
+      };
+      return { dispose: () => undefined };
+    },
+  };
+  const started = Date.now();
+  const pending = provider.provideInlineCompletionItems(document, new Position(1, 4), { triggerKind: 1 }, token);
+  setTimeout(() => cancel(), 50);
+  assert.equal(await pending, undefined);
+  assert.ok(Date.now() - started < 200, "the cancel ended the wait");
+  await new Promise((r) => setTimeout(r, 300));
+  assert.equal(asked(), before, "nothing was sent for a request cancelled during the wait");
+  // Not cancelled: it waits, then asks.
+  const t0 = Date.now();
+  controller.typing.record(t0);
+  const quiet = { isCancellationRequested: false, onCancellationRequested: () => ({ dispose: () => undefined }) };
+  const result = await provider.provideInlineCompletionItems(document, new Position(1, 4), { triggerKind: 1 }, quiet);
+  assert.ok(Date.now() - t0 >= 200, `waited ${Date.now() - t0} ms`);
+  assert.ok(result !== undefined);
+  assert.equal(asked(), before + 1);
+  // A manual trigger (Invoke) never waits.
+  controller.typing.record(Date.now());
+  const t1 = Date.now();
+  await provider.provideInlineCompletionItems(document, new Position(1, 4), { triggerKind: 0 }, quiet);
+  assert.ok(Date.now() - t1 < 200, `a manual trigger waited ${Date.now() - t1} ms`);
 });
 
 test("Toggle writes dspark.enable, forwards it, and stops asking", async () => {

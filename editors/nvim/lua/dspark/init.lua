@@ -17,6 +17,15 @@ local function notify(msg, level)
   vim.notify("dspark: " .. msg, level or vim.log.levels.INFO)
 end
 
+--- Tells the server what the user saw and took (dspark/stats counts them: acceptance rate). This
+--- plugin draws the ghost text itself, so "shown" is exact here: a choice drawn at the cursor.
+local function report(method, bufnr, text)
+  local c = client.client()
+  if c and text and text ~= "" then
+    pcall(compat.notify, c, method, { uri = vim.uri_from_bufnr(bufnr), item = { insertText = text } })
+  end
+end
+
 local function cancel_pending(bufnr)
   local id = pending[bufnr]
   pending[bufnr] = nil
@@ -63,7 +72,11 @@ function M.trigger(opts)
       return
     end
     local items = result.items or result
-    done(ghost.show(bufnr, row, col, ghost.choices(bufnr, row, col, items, encoding)), items)
+    local shown = ghost.show(bufnr, row, col, ghost.choices(bufnr, row, col, items, encoding))
+    if shown then
+      report("textDocument/didShowCompletion", bufnr, ghost.text(bufnr))
+    end
+    done(shown, items)
   end, bufnr)
   if ok and id then
     my_id = id
@@ -100,7 +113,13 @@ function M.accept()
   if native then
     return native.get() and true or false
   end
-  return ghost.accept(vim.api.nvim_get_current_buf())
+  local bufnr = vim.api.nvim_get_current_buf()
+  local text = ghost.text(bufnr)
+  local accepted = ghost.accept(bufnr)
+  if accepted then
+    report("dspark/didAcceptCompletion", bufnr, text)
+  end
+  return accepted
 end
 
 function M.next()
@@ -108,7 +127,12 @@ function M.next()
     native.select({ count = 1 })
     return true
   end
-  return ghost.cycle(vim.api.nvim_get_current_buf(), 1)
+  local bufnr = vim.api.nvim_get_current_buf()
+  local cycled = ghost.cycle(bufnr, 1)
+  if cycled then
+    report("textDocument/didShowCompletion", bufnr, ghost.text(bufnr))
+  end
+  return cycled
 end
 
 function M.prev()
@@ -116,7 +140,12 @@ function M.prev()
     native.select({ count = -1 })
     return true
   end
-  return ghost.cycle(vim.api.nvim_get_current_buf(), -1)
+  local bufnr = vim.api.nvim_get_current_buf()
+  local cycled = ghost.cycle(bufnr, -1)
+  if cycled then
+    report("textDocument/didShowCompletion", bufnr, ghost.text(bufnr))
+  end
+  return cycled
 end
 
 function M.dismiss()
