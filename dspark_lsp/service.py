@@ -282,10 +282,15 @@ class CompletionService:
             if progress:
                 progress(f"loading draft {pair.draft}", 0.6)
             draft = load_draft_source(pair.draft, target, config)
+        desc = f"{pair.target} + {pair.draft or pair.draft_kind}"
+        if progress and config.calibrate:
+            # Calibration (in __init__) times the target's forwards: seconds, more on a loaded machine;
+            # "ready" before it left the status bar at 100% for half a minute.
+            progress("measuring this machine's forward costs", 0.9)
+        service = cls(config, target, tokenizer, draft, description=desc)
         if progress:
             progress("ready", 1.0)
-        desc = f"{pair.target} + {pair.draft or pair.draft_kind}"
-        return cls(config, target, tokenizer, draft, description=desc)
+        return service
 
     def update_config(self, config: ServiceConfig) -> None:
         """Decode knobs only (the models stay loaded); the caller reloads when needs_reload says so."""
