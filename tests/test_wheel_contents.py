@@ -7,13 +7,13 @@ package from the unpacked wheel alone (no checkout next to it) and asks the synt
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+from wheel_testlib import build_wheel
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,24 +22,7 @@ pytestmark = pytest.mark.timeout(300)
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
-    build_dir = ROOT / "build"
-    had_build_dir = build_dir.exists()
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", ".", "--no-deps", "--no-build-isolation", "-q", "-w", str(out)],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=280,
-        )
-    finally:
-        if not had_build_dir:  # setuptools' scratch folder: leave the checkout as it was
-            shutil.rmtree(build_dir, ignore_errors=True)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    wheels = list(out.glob("dspark_lsp-*.whl"))
-    assert len(wheels) == 1, wheels
-    return wheels[0]
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
 
 
 def test_wheel_holds_every_grammar_file(wheel: Path) -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import site
 import subprocess
 import sys
@@ -26,30 +25,13 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import pytest
+from wheel_testlib import build_wheel
 
 ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = [pytest.mark.timeout(420), pytest.mark.slow]
 
 
-def build_wheel(out: Path) -> Path:
-    build_dir = ROOT / "build"
-    had_build_dir = build_dir.exists()
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", ".", "--no-deps", "--no-build-isolation", "-q", "-w", str(out)],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=280,
-        )
-    finally:
-        if not had_build_dir:  # setuptools' scratch folder: leave the checkout as it was
-            shutil.rmtree(build_dir, ignore_errors=True)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    wheels = list(out.glob("dspark_lsp-*.whl"))
-    assert len(wheels) == 1, wheels
-    return wheels[0]
 
 
 def make_venv(dest: Path) -> Path:

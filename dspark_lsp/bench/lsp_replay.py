@@ -449,3 +449,15 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def server_settings(args: Any) -> dict[str, Any]:
+    """The `dspark` settings a replay or soak sends the server, from the bench's model options."""
+    settings: dict[str, Any] = {"model": args.model}
+    if args.draft:
+        settings["draftModel"] = args.draft
+    if args.cache_dir:
+        settings["cacheDir"] = args.cache_dir
+    settings["maxNewTokens"] = args.max_new_tokens
+    settings["contextWindow"] = args.context_window
+    return settings

@@ -357,15 +357,9 @@ def _run_lsp(args: argparse.Namespace) -> int:
     """Typing replay through the real server over stdio, prefix reuse on vs off."""
     from dataclasses import asdict
 
-    from dspark_lsp.bench.lsp_replay import ReplayConfig, compare_reuse, run_replay
+    from dspark_lsp.bench.lsp_replay import ReplayConfig, compare_reuse, run_replay, server_settings
 
-    settings: dict[str, Any] = {"model": args.model}
-    if args.draft:
-        settings["draftModel"] = args.draft
-    if args.cache_dir:
-        settings["cacheDir"] = args.cache_dir
-    settings["maxNewTokens"] = args.max_new_tokens
-    settings["contextWindow"] = args.context_window
+    settings = server_settings(args)
     file = Path(args.lsp_file) if args.lsp_file else Path(__file__).resolve().parents[1] / "prompt.py"
     if not file.is_file():
         raise UserError(f"{file}: no such file to replay")

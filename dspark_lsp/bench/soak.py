@@ -39,7 +39,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dspark_lsp.bench.lsp_replay import REQUEST_CANCELLED, RpcError, StdioClient, _percentile, _utf16_len
+from dspark_lsp.bench.lsp_replay import (
+    REQUEST_CANCELLED,
+    RpcError,
+    StdioClient,
+    _percentile,
+    _utf16_len,
+    server_settings,
+)
 from dspark_lsp.errors import UserError
 
 # Extensions typed by default: one or more per language the corpus ships.
@@ -661,13 +668,7 @@ def write_outputs(report: SoakReport, out_dir: Path) -> dict[str, Path]:
 
 def run_soak_cli(args: Any) -> int:
     """`dspark-lsp bench --lsp --lsp-soak-minutes N`: the bench's model options, the soak's own."""
-    settings: dict[str, Any] = {"model": args.model}
-    if args.draft:
-        settings["draftModel"] = args.draft
-    if args.cache_dir:
-        settings["cacheDir"] = args.cache_dir
-    settings["maxNewTokens"] = args.max_new_tokens
-    settings["contextWindow"] = args.context_window
+    settings = server_settings(args)
     if args.corpus:
         corpus = Path(args.corpus)
         files = sorted(p for p in corpus.rglob("*") if p.is_file() and p.suffix in SOURCE_SUFFIXES)
