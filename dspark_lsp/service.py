@@ -27,6 +27,7 @@ from dspark_lsp.models.gguf_target import weights_kind
 from dspark_lsp.models.loader import DTYPES
 from dspark_lsp.models.packing import PACK_MODES, is_packed
 from dspark_lsp.prompt import build_fim_prompt, outside_window_ids
+from dspark_lsp.remote.config import RemoteSettings, parse_backend
 
 Progress = Callable[[str, float | None], None]
 
@@ -57,6 +58,9 @@ class ServiceConfig:
     calibrate: bool = True
     # Pre-pack linear layers for the CPU (models.packing): auto/on/off.
     pack_weights: str = "auto"
+    # Completions from an OpenAI-compatible server instead of the local engine (dspark_lsp.remote);
+    # the `backend` setting, an object, is parsed by remote.config rather than the scalar table below.
+    backend: RemoteSettings | None = None
 
     # camelCase LSP setting -> field name
     SETTINGS = {
@@ -116,6 +120,11 @@ class ServiceConfig:
         for name in ("relaxed", "prefix_reuse", "completion_cache", "calibrate"):
             if not isinstance(getattr(self, name), bool):
                 out.append(f"{name} must be true or false")
+        if self.backend is not None:
+            if isinstance(self.backend, RemoteSettings):
+                out.extend(self.backend.problems())
+            else:
+                out.append("backend must be RemoteSettings or None")
         return out
 
     @classmethod
@@ -132,6 +141,11 @@ class ServiceConfig:
         defaults = cls()
         cfg = replace(base)
         for key, value in settings.items():
+            if key == "backend":
+                remote, backend_problems = parse_backend(value)
+                cfg = replace(cfg, backend=remote)
+                problems.extend(backend_problems)
+                continue
             name = cls.SETTINGS.get(key)
             if name is None:
                 if key not in ("enable", "debounceMs"):  # client/server-side settings handled elsewhere
@@ -148,7 +162,7 @@ class ServiceConfig:
 
     def needs_reload(self, other: ServiceConfig) -> bool:
         return any(
-            getattr(self, f) != getattr(other, f) for f in ("model", "draft_model", "device", "dtype", "cache_dir", "pack_weights")
+            getattr(self, f) != getattr(other, f) for f in ("model", "draft_model", "device", "dtype", "cache_dir", "pack_weights", "backend")
         )
 
     def decode_config(
@@ -264,6 +278,10 @@ class CompletionService:
         errs = config.problems()
         if errs:
             raise UserError("invalid configuration: " + "; ".join(errs))
+        if config.backend is not None:
+            from dspark_lsp.remote.service import RemoteCompletionService
+
+            return RemoteCompletionService.load(config, progress)
         from dspark_lsp.models.loader import load_causal_lm
         from dspark_lsp.models.registry import pair_for
 

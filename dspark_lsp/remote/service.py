@@ -1,0 +1,257 @@
+"""The completion service with the model on another machine: our FIM prompt to `/v1/completions`.
+
+Everything around the model is the local path's own code: the prompt (`build_fim_prompt`, same
+tokenizer, same budget), the scope and stop rules of the syntax layer (cut while the text streams in,
+which closes the connection so the server stops generating), the clean-up (`finish_text`), the
+typed-through completion cache and the per-request records behind `dspark/stats` (inherited from
+`CompletionService`). Only the decode differs: it is the server's.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from typing import Any
+
+from dspark_lsp.errors import UserError
+from dspark_lsp.prompt import build_fim_prompt
+from dspark_lsp.remote.client import BackendError, CompletionsClient
+from dspark_lsp.remote.config import RemoteSettings
+from dspark_lsp.service import (
+    CompletionRequest,
+    CompletionResult,
+    CompletionService,
+    Progress,
+    ServiceConfig,
+    _Shown,
+    decide_scope,
+    finish_text,
+)
+
+log = logging.getLogger(__name__)
+
+PROBE_TIMEOUT_S = 5.0
+
+
+class RemoteCompletionService(CompletionService):
+    """`CompletionService`'s interface and caches, with the decode done by an OpenAI-compatible server.
+
+    It does not run `CompletionService.__init__` (that loads nothing here but times a target model's
+    forwards); it sets up the state the inherited cache and record helpers use."""
+
+    def __init__(
+        self,
+        config: ServiceConfig,
+        tokenizer: Any,
+        client: CompletionsClient,
+        *,
+        served_model: str | None,
+        description: str = "",
+    ) -> None:
+        from dspark_lsp.models.fim import detect_fim_tokens
+
+        assert config.backend is not None
+        self.config = config
+        self.remote: RemoteSettings = config.backend
+        self.client = client
+        self.served_model = served_model
+        self.target = None
+        self.draft = None
+        self.tokenizer = tokenizer
+        self.description = description
+        self.weights = "remote"
+        self.fim = detect_fim_tokens(tokenizer)
+        self._stop_ids = list(dict.fromkeys((*self.fim.eos_ids, self.fim.prefix_id, self.fim.suffix_id, self.fim.middle_id)))
+        # The same ids as text, for servers that send special tokens back as text: our own cut there.
+        self._markers = [m for m in (_token_text(tokenizer, i) for i in self._stop_ids) if m]
+        self._recent: deque[dict[str, Any]] = deque(maxlen=self.RECENT)
+        self._shown: OrderedDict[str, list[_Shown]] = OrderedDict()
+        self._sched_state: OrderedDict[str, tuple[float, ...]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------------------------- loading
+    @classmethod
+    def load(cls, config: ServiceConfig, progress: Progress | None = None) -> RemoteCompletionService:
+        remote = config.backend
+        if remote is None:
+            raise UserError("no backend configured")
+        errs = config.problems()
+        if errs:
+            raise UserError("invalid configuration: " + "; ".join(errs))
+        spec = remote.tokenizer or config.model
+        if progress:
+            progress(f"loading the tokenizer of {spec}", 0.1)
+        tokenizer = load_tokenizer(spec, config.cache_dir)
+        client = CompletionsClient(remote, remote.api_key())
+        if progress:
+            progress(f"asking {remote.url} for its models", 0.6)
+        served = remote.model
+        try:
+            models = client.models(timeout_s=min(PROBE_TIMEOUT_S, remote.timeout_s))
+        except BackendError as exc:
+            # Not fatal: a team's server may be restarting; each completion tries again and says why.
+            log.warning("the completion server is not answering yet: %s", exc)
+        else:
+            if served is None:
+                if not models:
+                    raise UserError(f"{remote.url} serves no models (GET /v1/models is empty)")
+                served = models[0]
+            elif models and served not in models:
+                raise UserError(f"{remote.url} serves {', '.join(models)}, not {served!r} (backend.model)")
+        service = cls(config, tokenizer, client, served_model=served, description=f"{remote.url} {served or '?'}")
+        if progress:
+            progress("ready", 1.0)
+        return service
+
+    def update_config(self, config: ServiceConfig) -> None:
+        errs = config.problems()
+        if errs:
+            raise UserError("invalid configuration: " + "; ".join(errs))
+        with self._lock:
+            self.config = config
+            if not config.completion_cache:
+                self._shown.clear()
+
+    def close(self) -> None:
+        self._shown.clear()
+
+    # ---------------------------------------------------------------------------------- completion
+    def complete(
+        self,
+        req: CompletionRequest,
+        cancel: threading.Event | None = None,
+        on_text: Callable[[str], None] | None = None,
+    ) -> CompletionResult:
+        t0 = time.perf_counter()
+        if not 0 <= req.offset <= len(req.text):
+            raise UserError(f"cursor offset {req.offset} is outside the document (length {len(req.text)})")
+        from dspark_lsp.syntax import Scope, SyntaxDocument, detect_language
+
+        cfg = self.config
+        before, after = req.text[: req.offset], req.text[req.offset :]
+        cached = self._typed_through(req.doc_key, before, after) if cfg.completion_cache else None
+        if cached is not None:
+            cached.stats["latency_ms"] = round((time.perf_counter() - t0) * 1000, 2)
+            self._record(req, cached)
+            return cached
+        doc = SyntaxDocument(req.text, detect_language(req.path, req.language_id))
+        scope = decide_scope(doc, req.offset, cfg.multiline)
+        if scope is Scope.NONE:
+            result = CompletionResult("", "", [], scope.value, {"latency_ms": 0.0}, stop_reason="scope_none")
+            self._record(req, result)
+            return result
+        fp = build_fim_prompt(
+            req.text, req.offset, self.tokenizer, self.fim, context_window=cfg.context_window, prefix_share=cfg.prefix_share
+        )
+        tracker = doc.generation(req.offset, scope)
+
+        def on_chunk(text: str) -> bool:
+            text, marker = self._before_marker(text)
+            if on_text is not None:
+                on_text(text)
+            return marker or tracker.stop_index(text) is not None
+
+        body = self.request_body(fp.text, scope.value, req.max_new_tokens)
+        answer = self.client.complete(body, cancel=cancel, on_text=on_chunk)
+        if self.served_model is None and isinstance(body.get("model"), str):
+            self.served_model = body["model"]
+        full_text, _marker = self._before_marker(answer.text)
+        text, cut = ("", None) if answer.cancelled else finish_text(tracker, full_text, after, scope.value)
+        stats: dict[str, Any] = {
+            "latency_ms": round((time.perf_counter() - t0) * 1000, 2),
+            "seconds": round(answer.total_ms / 1000, 4),
+            "prompt_tokens": answer.prompt_tokens if answer.prompt_tokens is not None else len(fp.ids),
+            "first_text_ms": answer.first_text_ms,
+            "finish_reason": answer.finish_reason,
+            "backend": self.remote.url,
+            "served_model": body.get("model"),
+            "draft": "remote",
+            "weights": self.weights,
+        }
+        if answer.completion_tokens is not None:
+            stats["tokens"] = answer.completion_tokens
+        if answer.cancelled:
+            stop_reason = "cancelled"
+        elif cut is not None or answer.cut:
+            stop_reason = "syntax"
+        else:
+            stop_reason = {"length": "max_new_tokens", "stop": "eos"}.get(answer.finish_reason or "", answer.finish_reason or "")
+        result = CompletionResult(
+            text=text,
+            prompt=fp.text,
+            completion_ids=[],
+            scope=scope.value,
+            stats=stats,
+            cancelled=answer.cancelled,
+            stop_reason=stop_reason,
+        )
+        if cfg.completion_cache and not result.cancelled and text:
+            self._remember(req.doc_key, _Shown(before, after, text, [], fp.text, scope.value))
+        self._record(req, result)
+        return result
+
+    def request_body(self, prompt: str, scope: str, max_new_tokens: int | None = None) -> dict[str, Any]:
+        """The `/v1/completions` body for one prompt (the integration check sends the same to vLLM)."""
+        cfg, remote = self.config, self.remote
+        stop = ["\n"] if scope == "single_line" else []
+        stop += [m for m in self._markers if m not in stop]
+        body: dict[str, Any] = {
+            **remote.extra_body,
+            "model": self._served_model_now(),
+            "prompt": prompt,
+            "max_tokens": max_new_tokens or cfg.max_new_tokens,
+            "temperature": cfg.temperature,
+            "stream": remote.stream,
+            "stop": stop,
+        }
+        if remote.stream:
+            body["stream_options"] = {"include_usage": True}
+        if remote.stop_token_ids:
+            body.setdefault("stop_token_ids", self._stop_ids)
+        return body
+
+    # ------------------------------------------------------------------------------------ helpers
+    def _served_model_now(self) -> str:
+        if self.served_model is None:
+            # The server was down at load and no backend.model was given: ask again now.
+            models = self.client.models(timeout_s=min(PROBE_TIMEOUT_S, self.remote.timeout_s))
+            if not models:
+                raise BackendError(f"{self.remote.url} serves no models (GET /v1/models is empty)")
+            self.served_model = models[0]
+        return self.served_model
+
+    def _before_marker(self, text: str) -> tuple[str, bool]:
+        """`text` up to the first FIM/end marker spelled out as text (the local decoder stops on their
+        ids; a server that returns special tokens as text must stop there too)."""
+        cut = min((i for i in (text.find(m) for m in self._markers) if i >= 0), default=-1)
+        return (text, False) if cut < 0 else (text[:cut], True)
+
+
+def load_tokenizer(spec: str, cache_dir: str | None) -> Any:
+    """The tokenizer the local engine would use for `spec` (a pair or model name, a directory, an HF id),
+    without the model's weights."""
+    from dspark_lsp.models.loader import resolve_model
+    from dspark_lsp.models.registry import pair_for
+
+    try:
+        name = pair_for(spec, None).target
+    except UserError:
+        name = spec
+    source = resolve_model(name, cache_dir)
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(source), local_files_only=True)
+    except Exception as exc:  # transformers raises OSError/ValueError/... for a missing or broken one
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise UserError(f"cannot load the tokenizer of {spec} for the prompt: {first} (backend.tokenizer)") from exc
+
+
+def _token_text(tokenizer: Any, token_id: int) -> str:
+    try:
+        return str(tokenizer.convert_ids_to_tokens(int(token_id)) or "")
+    except Exception:
+        return ""
