@@ -35,6 +35,10 @@ def _add_complete_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser
     p.add_argument("--multiline", choices=["auto", "always", "never"], default="auto")
     p.add_argument("--context-window", type=int, default=256)
     p.add_argument("--cache-dir", default=None)
+    p.add_argument(
+        "--backend-url", default=None, metavar="URL", help="complete through this OpenAI-compatible server"
+    )
+    p.add_argument("--backend-model", default=None, help="with --backend-url: the served model name")
     p.add_argument("--prepare", action="store_true", help="prepare the model first if it is not ready")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_complete)
@@ -61,6 +65,10 @@ def cmd_complete(args: argparse.Namespace) -> int:
     )
     if args.max_new_tokens is not None:
         cfg.max_new_tokens = args.max_new_tokens
+    if args.backend_url is not None:
+        from dspark_lsp.remote.config import RemoteSettings
+
+        cfg.backend = RemoteSettings(url=args.backend_url, model=args.backend_model)
     errs = cfg.problems()
     if errs:
         raise UserError("; ".join(errs))
@@ -91,7 +99,13 @@ def cmd_complete(args: argparse.Namespace) -> int:
             print(f"(no completion: scope={result.scope}, stop={result.stop_reason})", file=sys.stderr)
         sys.stdout.write(result.text + ("\n" if result.text and not result.text.endswith("\n") else ""))
         s = result.stats
-        if "tokens" in s:
+        if "backend" in s:
+            print(
+                f"[{s.get('tokens', '?')} tokens in {s['seconds']:.2f} s from {s['backend']}, first text after "
+                f"{s.get('first_text_ms')} ms]",
+                file=sys.stderr,
+            )
+        elif "tokens" in s:
             print(
                 f"[{s['tokens']} tokens in {s['seconds']:.2f} s ({_rate(s)}), {s['target_forwards']} target "
                 f"forwards, {s['accepted_per_forward']:.2f} tokens/forward, draft={s['draft']}, "

@@ -193,3 +193,29 @@ def test_update_config_changes_knobs_without_reloading(make: Any, fake: FakeOpen
     service.complete(req(BLOCK_DOC))
     assert fake.requests[-1]["max_tokens"] == 7
     assert not service.complete(req(BLOCK_DOC + "ret")).from_cache
+
+
+# ------------------------------------------------------------------------------ CLI and bench flags
+def test_bench_backend_flags_reach_the_replay_settings() -> None:
+    from dspark_lsp.bench.lsp_replay import server_settings
+    from dspark_lsp.cli import build_parser
+
+    args = build_parser().parse_args(["bench", "--lsp", "--backend-url", "http://gpu:8000", "--backend-model", "m"])
+    assert server_settings(args)["backend"] == {"url": "http://gpu:8000", "model": "m"}
+    assert "backend" not in server_settings(build_parser().parse_args(["bench", "--lsp"]))
+
+
+def test_cli_complete_through_a_backend(
+    fake: FakeOpenAI, tiny_models: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dspark_lsp.cli import main
+
+    source = tmp_path / "a.py"
+    source.write_text(BLOCK_DOC)
+    code = main(["complete", str(source), "--line", "1", "--col", "4", "--model", str(tiny_models[0]),
+                 "--backend-url", fake.url])
+    out = capsys.readouterr()
+    assert code == 0 and out.out == "return a + b\n" and f"from {fake.url}" in out.err
+    assert main(["complete", str(source), "--line", "1", "--col", "4", "--model", str(tiny_models[0]),
+                 "--backend-url", "gpu:8000"]) == 2
+    assert "backend.url must be an http:// or https:// URL" in capsys.readouterr().err

@@ -86,6 +86,13 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     p.add_argument("--lsp-no-compare", action="store_true", help="--lsp: only the run with prefix reuse on")
     p.add_argument(
+        "--backend-url",
+        default=None,
+        metavar="URL",
+        help="--lsp: the server completes through this OpenAI-compatible server (the `backend` setting)",
+    )
+    p.add_argument("--backend-model", default=None, help="--lsp with --backend-url: the served model name")
+    p.add_argument(
         "--lsp-soak-minutes",
         type=float,
         default=0.0,

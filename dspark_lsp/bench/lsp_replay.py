@@ -460,4 +460,9 @@ def server_settings(args: Any) -> dict[str, Any]:
         settings["cacheDir"] = args.cache_dir
     settings["maxNewTokens"] = args.max_new_tokens
     settings["contextWindow"] = args.context_window
+    if getattr(args, "backend_url", None):
+        backend: dict[str, Any] = {"url": args.backend_url}
+        if getattr(args, "backend_model", None):
+            backend["model"] = args.backend_model
+        settings["backend"] = backend
     return settings
