@@ -62,6 +62,7 @@ def test_the_request_carries_our_own_fim_prompt(make: Any, fake: FakeOpenAI) -> 
     fim = service.fim
     assert set(sent["stop_token_ids"]) == {*fim.eos_ids, fim.prefix_id, fim.suffix_id, fim.middle_id}
     assert "\n" not in sent["stop"]  # multi-line scope: no line-break stop
+    assert len(sent["stop"]) == 4 and "<|endoftext|>" in sent["stop"]  # vLLM refuses more than 4
     assert result.text == "return a + b" and result.scope == "multi_line"
     assert result.stats["backend"] == fake.url and result.stats["draft"] == "remote"
 
@@ -70,6 +71,7 @@ def test_single_line_scope_sends_a_line_break_stop(make: Any, fake: FakeOpenAI) 
     fake.pieces = ["1, ", "2)", "\nprint(", "result)\n"]
     result = make().complete(req(LINE_DOC))
     assert result.scope == "single_line" and fake.requests[-1]["stop"][0] == "\n"
+    assert len(fake.requests[-1]["stop"]) == 4
     assert result.text == "1, 2)"
 
 
@@ -200,8 +202,10 @@ def test_bench_backend_flags_reach_the_replay_settings() -> None:
     from dspark_lsp.bench.lsp_replay import server_settings
     from dspark_lsp.cli import build_parser
 
-    args = build_parser().parse_args(["bench", "--lsp", "--backend-url", "http://gpu:8000", "--backend-model", "m"])
-    assert server_settings(args)["backend"] == {"url": "http://gpu:8000", "model": "m"}
+    args = build_parser().parse_args(
+        ["bench", "--lsp", "--backend-url", "http://gpu:8000", "--backend-model", "m", "--backend-timeout-ms", "900"]
+    )
+    assert server_settings(args)["backend"] == {"url": "http://gpu:8000", "model": "m", "timeoutMs": 900}
     assert "backend" not in server_settings(build_parser().parse_args(["bench", "--lsp"]))
 
 

@@ -92,6 +92,7 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="--lsp: the server completes through this OpenAI-compatible server (the `backend` setting)",
     )
     p.add_argument("--backend-model", default=None, help="--lsp with --backend-url: the served model name")
+    p.add_argument("--backend-timeout-ms", type=int, default=None, help="--lsp with --backend-url: backend.timeoutMs")
     p.add_argument(
         "--lsp-soak-minutes",
         type=float,

@@ -464,5 +464,7 @@ def server_settings(args: Any) -> dict[str, Any]:
         backend: dict[str, Any] = {"url": args.backend_url}
         if getattr(args, "backend_model", None):
             backend["model"] = args.backend_model
+        if getattr(args, "backend_timeout_ms", None):
+            backend["timeoutMs"] = args.backend_timeout_ms
         settings["backend"] = backend
     return settings

@@ -34,6 +34,7 @@ from dspark_lsp.service import (
 log = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_S = 5.0
+MAX_STOP_STRINGS = 4
 
 
 class RemoteCompletionService(CompletionService):
@@ -197,7 +198,9 @@ class RemoteCompletionService(CompletionService):
         """The `/v1/completions` body for one prompt (the integration check sends the same to vLLM)."""
         cfg, remote = self.config, self.remote
         stop = ["\n"] if scope == "single_line" else []
-        stop += [m for m in self._markers if m not in stop]
+        # The API allows 4 stop strings (vLLM answers 400 to more). The markers after those are still
+        # cut here (`_before_marker`), and with stopTokenIds the server stops on all of them.
+        stop += [m for m in self._markers if m not in stop][: MAX_STOP_STRINGS - len(stop)]
         body: dict[str, Any] = {
             **remote.extra_body,
             "model": self._served_model_now(),
