@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import torch
+from featdraft_testlib import write_shards
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -198,23 +199,6 @@ def test_load_rejects_a_broken_directory(tmp_path: Path) -> None:
         load_feat_draft(tmp_path)
 
 
-def _write_shards(target: Any, out: Path, n_shards: int, seqs: int, length: int, vocab: int) -> None:
-    from dspark_lsp.training.features import target_features
-
-    out.mkdir(parents=True)
-    g = torch.Generator().manual_seed(0)
-    for s in range(n_shards):
-        rows = []
-        for _ in range(seqs):
-            # Repetitive sequences, so there is something a draft can learn in a few steps.
-            base = torch.randint(0, vocab, (6,), generator=g).tolist()
-            ids = (base * (length // 6 + 1))[:length]
-            h, a = target_features(target, ids)
-            rows.append({"tokens": torch.tensor(ids, dtype=torch.int32), "feat": h.to(torch.bfloat16),
-                         "pred": a.to(torch.int32), "middle_start": 0})
-        torch.save(rows, out / f"shard_{s:05d}.pt")
-
-
 def test_features_are_the_states_the_lm_head_reads(tiny_target: Any) -> None:
     from dspark_lsp.training.features import target_features
 
@@ -234,7 +218,7 @@ def test_training_lowers_the_loss_checkpoints_and_resumes(tiny_models: tuple[Pat
     from dspark_lsp.training.feat_train import FeatTrainConfig, run
 
     vocab = int(tiny_target.config.vocab_size)
-    _write_shards(tiny_target, tmp_path / "feats", 3, 8, 40, 300)
+    write_shards(tiny_target, tmp_path / "feats", 3, 8, 40, 300)
     corpus = tmp_path / "corpus.json"
     corpus.write_text(json.dumps({"target_ids": list(range(vocab)), "target_vocab_size": vocab}))
     cfg = FeatTrainConfig(name="t", runs_dir=tmp_path / "runs", features=tmp_path / "feats",
@@ -330,7 +314,7 @@ def test_online_training_lowers_the_loss_without_shards(tiny_models: tuple[Path,
     from dspark_lsp.training.samples import Sample
 
     vocab = int(tiny_target.config.vocab_size)
-    _write_shards(tiny_target, tmp_path / "feats", 1, 8, 40, 300)  # the validation shard only
+    write_shards(tiny_target, tmp_path / "feats", 1, 8, 40, 300)  # the validation shard only
 
     # A small pool of repetitive sequences, so a few steps have something to learn.
     pool_rng = random.Random(1)

@@ -85,49 +85,85 @@ def _guess_language(text: str) -> str:
     return "javascript" if js > py else "python"
 
 
-def run(items: list[dict[str, Any]], tokenizer: Any, draft: DraftSource, cost: dict[int, float],
+@dataclass
+class Variant:
+    """One drafting policy to replay: a draft source, a drafting mode, and a fixed k (None: the scheduler)."""
+
+    draft: DraftSource
+    mode: str
+    fixed_k: int | None = None
+
+
+def run(items: list[dict[str, Any]], tokenizer: Any, draft: DraftSource | None, cost: dict[int, float],
         k_max: int = 5, eos: int | None = None, features: list[Any] | None = None,
-        alternates: int = DecodeConfig.alternates) -> dict[str, ModeTotals]:
+        alternates: int = DecodeConfig.alternates, variants: dict[str, Variant] | None = None,
+        ) -> dict[str, ModeTotals]:
+    """Replay every item under each variant (default: ``draft`` in each of MODES)."""
     from dspark_lsp.syntax import SyntaxDocument
 
+    if variants is None:
+        if draft is None:
+            raise ValueError("a draft or variants are needed")
+        variants = {m: Variant(draft, m) for m in MODES}
     plan = plan_forwards(cost)
     vocab = int(len(tokenizer))
     fim = detect_fim_tokens(tokenizer)
     eos_id = eos if eos is not None else fim.eos_ids[0]
-    totals = {m: ModeTotals() for m in MODES}
+    totals = {name: ModeTotals() for name in variants}
     for n_item, item in enumerate(items):
         prompt, target = list(item["prompt"]), list(item["target"])
         parts = _split_fim(prompt, fim)
         if parts is None:
             continue
         prefix, suffix = (str(tokenizer.decode(ids, skip_special_tokens=False)) for ids in parts)
-        lang = _guess_language(prefix + suffix)
+        lang = str(item.get("language") or _guess_language(prefix + suffix))
         doc = SyntaxDocument(prefix + suffix, lang)
         scope = doc.completion_scope(len(prefix))
-        for mode in MODES:
+        for name, v in variants.items():
             tracker = doc.generation(len(prefix), scope)
 
             def is_key(ids: list[int], tracker: Any = tracker) -> bool:
                 return bool(tracker.is_key_next(tokenizer.decode(ids, skip_special_tokens=False)))
 
             replay = ReplayTarget(prompt + target, vocab, eos_id, features[n_item] if features else None)
-            draft.reset()
+            v.draft.reset()
             cfg = DecodeConfig(
                 max_new_tokens=len(target),
-                draft_mode=mode,  # type: ignore[arg-type]
-                scheduler=SchedulerConfig(k_max=k_max, verify_cost_ms=plan.cost_ms),
+                draft_mode=v.mode,  # type: ignore[arg-type]
+                scheduler=SchedulerConfig(k_max=k_max, verify_cost_ms=plan.cost_ms, fixed_k=v.fixed_k),
                 pad_to=plan.pad_to or None,
                 alternates=alternates,
             )
             res = SpeculativeDecoder(replay, vocab_size=vocab).generate(
-                prompt, config=cfg, draft=draft, eos_ids=[eos_id], is_key=is_key
+                prompt, config=cfg, draft=v.draft, eos_ids=[eos_id], is_key=is_key
             )
             if res.tokens != target[: len(res.tokens)]:
                 raise RuntimeError("replayed output differs from the target's continuation")
             decode_sizes = replay.forward_sizes[1:]  # the first forward is the prefill, common to all modes
-            totals[mode].add(lang, len(res.tokens), res.stats.target_forwards, res.stats.draft_forwards,
+            totals[name].add(lang, len(res.tokens), res.stats.target_forwards, res.stats.draft_forwards,
                              res.stats.t_draft, estimated_ms(decode_sizes, plan.cost_ms))
     return totals
+
+
+def ablation_variants(where: Path, target: Any, wrap: Any) -> dict[str, Variant]:
+    """The block drafter's ablation: each part of the draft in ``where`` switched on and off (same weights,
+    one target)."""
+    from dspark_lsp.trained_drafts import load_trained_draft
+
+    def src(**use: bool) -> DraftSource:
+        return wrap(load_trained_draft(where, target, **use))
+
+    plain = {"use_block": False, "use_markov": False, "use_confidence": False}
+    return {
+        "ar": Variant(src(**plain), "ar"),
+        "ar+markov": Variant(src(use_block=False, use_confidence=False), "ar"),
+        "ar+conf": Variant(src(use_block=False, use_markov=False), "ar"),
+        "parallel": Variant(src(use_confidence=False), "parallel"),
+        "parallel-nomarkov": Variant(src(use_markov=False, use_confidence=False), "parallel"),
+        "semi": Variant(src(use_confidence=False), "semi"),
+        "semi+conf": Variant(src(), "semi"),
+        "fixed_k4-ar": Variant(src(**plain), "ar", 4),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,6 +182,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="runner-up tokens verified beside the chain per round (0 = chain only)")
     ap.add_argument("--second-opinion", action="store_true",
                     help="when the lookup answers, offer the model's first-position choices as alternates")
+    ap.add_argument("--target-dtype", default="float32", help="the real target's dtype (gguf: the 4-bit target)")
+    ap.add_argument("--variants", action="store_true",
+                    help="a block drafter's ablation (DESIGN.md §11): AR, block with and without its Markov head, "
+                         "syntax-cut (semi), the confidence head on and off, and a fixed k")
+    ap.add_argument("--no-lookup", action="store_true", help="the draft alone, without n-gram lookup in front")
     args = ap.parse_args(argv)
     try:
         from transformers import AutoTokenizer
@@ -159,12 +200,30 @@ def main(argv: list[str] | None = None) -> int:
         tok_dir = args.tokenizer or str(resolve_model(DEFAULT_TARGET))
         tokenizer = AutoTokenizer.from_pretrained(tok_dir)
         cost = {int(k): float(v) for k, v in json.loads(args.cost).items()} if args.cost else DEFAULT_COST
-        src, features = replay_draft(args.draft, data, args.target, 1, args.features_cache)
-        draft = HybridDraftSource(src, min_lookup_confidence=args.hybrid_min_conf,
-                                  second_opinion=args.second_opinion)
+        def wrap(s: DraftSource) -> DraftSource:
+            if args.no_lookup:
+                return s
+            return HybridDraftSource(s, min_lookup_confidence=args.hybrid_min_conf, second_opinion=args.second_opinion)
+
+        variants = None
+        if args.variants:
+            from dspark_lsp.trained_drafts import trained_draft_dir
+            from dspark_lsp.training.acceptance import target_features_for
+
+            where = trained_draft_dir(args.draft)
+            if where is None or not args.target:
+                raise UserError("--variants needs a feature draft (--draft) and its target (--target)")
+            features: list[Any] | None
+            target, features = target_features_for(args.target, data, 1, args.features_cache, args.target_dtype)
+            variants = ablation_variants(where, target, wrap)
+            draft = None
+        else:
+            src, features = replay_draft(args.draft, data, args.target, 1, args.features_cache, args.target_dtype)
+            draft = wrap(src)
     except (OSError, ValueError, KeyError) as exc:
         raise UserError(f"mode ablation: {exc}") from exc
-    totals = run(list(data["items"]), tokenizer, draft, cost, features=features, alternates=args.alternates)
+    totals = run(list(data["items"]), tokenizer, draft, cost, features=features, alternates=args.alternates,
+                 variants=variants)
     report = {m: t.as_dict() for m, t in totals.items()}
     for m, r in report.items():
         langs = ", ".join(f"{k} {v['est_tokens_per_s']}" for k, v in r["by_language"].items())

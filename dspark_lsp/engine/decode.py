@@ -107,6 +107,7 @@ class SpeculativeDecoder:
         out = Proposal(dists=[] if config.temperature > 0 else None, alternates=[])
         name = str(getattr(draft, "name", "draft"))
         cum = 1.0  # the draft's own probability that every token so far is right
+        calibrated = bool(getattr(draft, "calibrated", False))
         key_cut = False  # the last block stopped at a position already classified as key
         while len(out.tokens) < k:
             if config.draft_mode == "ar" or not draft.supports_parallel:
@@ -158,8 +159,9 @@ class SpeculativeDecoder:
                     break
                 cum *= conf
                 # The first token of a round is always kept: verifying 2 tokens costs about what
-                # verifying 1 does on a memory-bound CPU, so a weak guess is nearly free.
-                if conf < tau and n > 0 and not sched.pays(n + 1, cum, 0.0):
+                # verifying 1 does on a memory-bound CPU, so a weak guess is nearly free. A calibrated
+                # confidence (a confidence head's) is trusted to say when even that is not worth it.
+                if conf < tau and (n > 0 or calibrated) and not sched.pays(n + 1, cum, 0.0):
                     low_confidence = True
                     break
                 out.tokens.append(int(tok))
@@ -345,6 +347,7 @@ class SpeculativeDecoder:
         # A feature-conditioned draft reads the target's last hidden states: keep them for every
         # position the target runs (a reused prefix brings its own when the prefix cache stored them).
         want_feats = draft is not None and bool(getattr(draft, "wants_features", False))
+        calibrated = draft is not None and bool(getattr(draft, "calibrated", False))
         cache, reused, stored = (None, 0, None)
         if self.prefix_cache is not None and len(prompt) > 1:
             cache, reused, stored = self.prefix_cache.take_with_features(prompt[:-1])
@@ -401,14 +404,20 @@ class SpeculativeDecoder:
             room = config.max_new_tokens - len(generated) - 1  # the target adds one token per round
             proposal = Proposal()
             if draft is not None and room > 0:
-                k = min(sched.next_k(), room)
+                k = sched.next_k()
+                if calibrated:
+                    # The draft's confidences are calibrated acceptance probabilities: let the per-token
+                    # cost rule in _draft end the draft instead of a length guessed from past rounds.
+                    k = max(k, sched.config.k_max)
+                k = min(k, room)
                 if k > 0 and want_feats and feats.rows is not None:
                     draft.set_features(feats.start, feats.rows)  # type: ignore[attr-defined]
                 if k > 0:
                     td = time.perf_counter()
                     proposal = self._draft(draft, ids, generated, k, sched, config, is_key, stats, generator)
                     stats.t_draft += time.perf_counter() - td
-                    if not sched.worth(len(proposal.tokens)):
+                    # (A calibrated draft's own probabilities already priced every token it kept.)
+                    if not calibrated and not sched.worth(len(proposal.tokens)):
                         # Cut short by tau to a length whose verify costs more than it can save.
                         proposal = Proposal()
             tv = time.perf_counter()

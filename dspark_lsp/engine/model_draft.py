@@ -118,6 +118,9 @@ class HybridDraftSource:
         self.name = f"{model_source.name}+ngram"
         # A feature-conditioned draft behind the lookup still needs the target's features every round.
         self.wants_features = bool(getattr(model_source, "wants_features", False))
+        # Its confidences are calibrated acceptance probabilities (a confidence head): the decoder then lets
+        # its cost rule set each round's length.
+        self.calibrated = bool(getattr(model_source, "calibrated", False))
         # Greedy only: when the lookup answers, also ask the model for the first position and offer its
         # choices as alternates (engine.alternates) - verified in the same target forward, so a lookup
         # that copied the wrong continuation can still land the model's token. Worth one draft forward

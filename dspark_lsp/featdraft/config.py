@@ -17,6 +17,13 @@ class FeatDraftConfig:
     ``vocab_size`` is the reduced output vocabulary (UNK, MASK, then kept target ids, as the token draft);
     inputs use the target's own full embedding table, which is not stored with the draft.
     ``n_layers`` decoder layers (EAGLE uses one: its inputs already hold the target's whole computation).
+
+    The block step and its heads (DESIGN.md §11; 0/False = absent, so older drafts load unchanged):
+    ``block_size`` positions per parallel block (the anchor, read from true features, plus
+    ``block_size - 1`` masked positions with learned inputs, all in one draft forward);
+    ``markov_rank`` the rank of the Markov head that adds ``W2 · W1[previous token]`` to each
+    position's logits, chaining a parallel block's guesses; ``confidence_head`` a logistic head on
+    ``[h; W1[previous]]`` that predicts whether the target will accept the position's token.
     """
 
     d_model: int = 896
@@ -28,12 +35,19 @@ class FeatDraftConfig:
     rope_theta: float = 10000.0
     norm_eps: float = 1e-6
     max_context: int = 1024
+    block_size: int = 0
+    markov_rank: int = 0
+    confidence_head: bool = False
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads or (self.d_model // self.n_heads) % 2:
             raise UserError("d_model must split into n_heads heads of even size")
         if self.n_layers < 1:
             raise UserError("the feature draft needs at least one layer")
+        if self.block_size < 0 or self.block_size == 1 or self.block_size > 16:
+            raise UserError("block_size must be 0 (no block step) or 2..16")
+        if self.markov_rank < 0:
+            raise UserError("markov_rank must be >= 0")
 
     def block_config(self) -> DraftNetConfig:
         """The token draft's block shape, reused for this draft's decoder layer(s)."""

@@ -27,16 +27,26 @@ from dspark_lsp.featdraft.model import FeatDraft
 
 
 class FeatureDraftSource:
-    supports_parallel = False
     wants_features = True
 
-    def __init__(self, model: FeatDraft, vocab: DraftVocab, embed: Any, name: str = "feature-draft") -> None:
+    def __init__(self, model: FeatDraft, vocab: DraftVocab, embed: Any, name: str = "feature-draft",
+                 *, use_block: bool = True, use_markov: bool = True, use_confidence: bool = True) -> None:
         """``embed``: the target's input embedding module (token ids -> [.., d]); the draft reads its
-        inputs through the target's own table, which is not stored with the draft."""
+        inputs through the target's own table, which is not stored with the draft.
+
+        ``use_block`` / ``use_markov`` / ``use_confidence``: whether the draft's block step, Markov
+        head and confidence head (when it has them) are used; off for the ablations in the bench."""
         self.model, self.vocab, self.embed, self.name = model.eval(), vocab, embed, name
         self.max_context = model.cfg.max_context
         self._dtype = model.norm_e.weight.dtype
         self._device = model.norm_e.weight.device
+        # A parallel step exists only where the draft has a trained block; the decoder then sends it the
+        # non-key stretches (semi-autoregressive) and asks key positions one token at a time.
+        self.supports_parallel = use_block and model.has_block
+        self._markov = use_markov and model.markov_in is not None
+        # A confidence head predicts acceptance itself, calibrated on held-out rounds: its numbers are
+        # probabilities the decoder's cost rule can weigh directly (``calibrated``).
+        self.calibrated = use_confidence and model.conf is not None
         self.reset()
 
     def reset(self) -> None:
@@ -56,6 +66,27 @@ class FeatureDraftSource:
             pos = torch.arange(first_pos, first_pos + len(tokens), device=self._device)[None]
             g = self.model(emb, feats[None].to(self._device, self._dtype), pos, None, self._cache)
         return g[0, -1]
+
+    def _prev(self, token: int) -> torch.Tensor:
+        return self.vocab.to_draft[token].to(self._device)
+
+    def _pick(self, out: Proposal, head_logits: torch.Tensor, g: torch.Tensor, prev: int, kind: int, step: int,
+              temperature: float, generator: torch.Generator | None) -> float:
+        """Choose one token from ``head_logits`` (plus the Markov bias for ``prev``), append it to
+        ``out`` and return its confidence: the confidence head's, or the draft's own probability."""
+        prev_t = self._prev(prev)
+        bias = self.model.markov(prev_t) if self._markov else None
+        logits = head_logits if bias is None else head_logits + bias.to(head_logits.dtype)
+        tok, p, dist = pick_token(self.vocab, logits, temperature, generator)
+        if self.calibrated:
+            p = float(torch.sigmoid(self.model.confidence_logit(g, prev_t, kind, step).float()))
+        out.tokens.append(tok)
+        out.confidence.append(p)
+        if out.dists is not None and dist is not None:
+            out.dists.append(dist)
+        if out.alternates is not None:
+            out.alternates.append(draft_runner_ups(self.vocab, logits))
+        return p
 
     @torch.inference_mode()
     def propose(
@@ -86,29 +117,55 @@ class FeatureDraftSource:
         lo = start + keep - self._feat_start
         g = self._step(toks[keep:], feats[lo : lo + len(toks) - keep], start + keep)
         self._seen = list(toks)
-        pos = true_end
         try:
-            for j in range(true_end, n_ctx - 1):  # context the target has not run yet
-                g = self._step([context[j + 1]], g[None], j)
-                out.forwards += 1
-                pos = j + 1
-            out.forwards += 1
-            while True:
-                logits = self.model.logits(g)
-                tok, p, dist = pick_token(self.vocab, logits, temperature, generator)
-                out.tokens.append(tok)
-                out.confidence.append(p)
-                if out.dists is not None and dist is not None:
-                    out.dists.append(dist)
-                if out.alternates is not None:
-                    out.alternates.append(draft_runner_ups(self.vocab, logits))
-                if len(out.tokens) >= max_tokens or p < tau:
-                    return out
-                g = self._step([tok], g[None], pos)
-                pos += 1
-                out.forwards += 1
+            if parallel and self.supports_parallel and true_end == n_ctx - 1:
+                return self._block(out, g, context, true_end, max_tokens, tau, temperature, generator)
+            return self._chain(out, g, context, true_end, max_tokens, tau, temperature, generator)
         finally:
             self._cache.crop(len(self._seen))  # keys of guessed features are not context
+
+    def _chain(self, out: Proposal, g: torch.Tensor, context: list[int], true_end: int, max_tokens: int,
+               tau: float, temperature: float, generator: torch.Generator | None) -> Proposal:
+        """Autoregressive drafting: each further token feeds the draft's predicted feature back in."""
+        n_ctx = len(context)
+        pos = true_end
+        for j in range(true_end, n_ctx - 1):  # context the target has not run yet
+            g = self._step([context[j + 1]], g[None], j)
+            out.forwards += 1
+            pos = j + 1
+        out.forwards += 1
+        prev = context[-1]
+        while True:
+            p = self._pick(out, self.model.logits(g), g, prev, 0, len(out.tokens), temperature, generator)
+            if len(out.tokens) >= max_tokens or p < tau:
+                return out
+            prev = out.tokens[-1]
+            g = self._step([prev], g[None], pos)
+            pos += 1
+            out.forwards += 1
+
+    def _block(self, out: Proposal, g: torch.Tensor, context: list[int], true_end: int, max_tokens: int,
+               tau: float, temperature: float, generator: torch.Generator | None) -> Proposal:
+        """One parallel block: the anchor's token from the true features, then offsets 1.. in one more draft
+        forward (offset 1 reads the anchor's token, the rest learned stand-ins), chained by the Markov
+        head; stops at the first token below ``tau``."""
+        out.forwards += 1
+        p = self._pick(out, self.model.logits(g), g, context[-1], 0, 0, temperature, generator)
+        n = min(max_tokens - 1, self.model.cfg.block_size - 1)
+        if n <= 0 or p < tau:
+            return out
+        first = self.embed(torch.tensor([out.tokens[0]], dtype=torch.long, device=self._device))[0]
+        x = self.model.block_inputs(n, g, first)[None]
+        # The anchor is draft position true_end - 1; offset i sits at true_end - 1 + i.
+        pos = torch.arange(true_end, true_end + n, device=self._device)[None]
+        h = self.model.body(x, pos, None, self._cache)[0]
+        head = self.model.logits(h)
+        out.forwards += 1
+        for i in range(n):
+            p = self._pick(out, head[i], h[i], out.tokens[-1], 1, i + 1, temperature, generator)
+            if p < tau:
+                break
+        return out
 
 
 def draft_dtype() -> torch.dtype:
@@ -121,7 +178,8 @@ def draft_dtype() -> torch.dtype:
 
 
 def load_feature_draft(
-    path: str | Path, target: Any, dtype: torch.dtype | None = None, pack: str = "auto"
+    path: str | Path, target: Any, dtype: torch.dtype | None = None, pack: str = "auto", *,
+    use_block: bool = True, use_markov: bool = True, use_confidence: bool = True,
 ) -> FeatureDraftSource:
     """Load a feature draft for ``target``; it must be the target the draft was trained on (same hidden
     size and vocabulary), since the draft reads that target's hidden states."""
@@ -140,7 +198,8 @@ def load_feature_draft(
     model.to(device)  # it reads the target's features and embeddings where they are
     if device.type == "cpu" and not _quantize(model):
         pack_linears(model, pack)
-    return FeatureDraftSource(model, vocab, target.get_input_embeddings(), name=Path(str(path)).name)
+    return FeatureDraftSource(model, vocab, target.get_input_embeddings(), name=Path(str(path)).name,
+                              use_block=use_block, use_markov=use_markov, use_confidence=use_confidence)
 
 
 def _quantize(model: FeatDraft) -> bool:

@@ -61,6 +61,60 @@ def heldout_prompts(tokenizer_dir: str, n: int, seed: int, held_out_percent: flo
     return prompts
 
 
+# ".h" counts as C++: the C-family headers on this machine are torch's and pybind's.
+LANGUAGE_OF_SUFFIX = {".py": "python", ".js": "javascript", ".mjs": "javascript", ".ts": "typescript",
+                      ".c": "c", ".h": "cpp", ".cc": "cpp", ".cpp": "cpp", ".hh": "cpp", ".hpp": "cpp"}
+
+
+def heldout_prompts_by_language(tokenizer_dir: str, per_language: dict[str, int], seed: int,
+                                held_out_percent: float = 5.0) -> list[tuple[str, list[int]]]:
+    """(language, FIM prompt) pairs cut from held-out files of the training roots and of the other-language
+    roots (C, C++, TypeScript: corpus.extra_language_roots), ``per_language[lang]`` of each; the same hash
+    split as training, so no prompt comes from a file the drafts were trained on."""
+    from dspark_lsp.training.corpus import C_FAMILY_SUFFIXES, extra_language_roots
+
+    tok = load_tokenizer(tokenizer_dir)
+    files = collect(default_roots()) + collect(extra_language_roots(), C_FAMILY_SUFFIXES + (".ts",))
+    by_lang: dict[str, list[str]] = {}
+    for f in files:
+        lang = LANGUAGE_OF_SUFFIX.get(Path(f.path).suffix)
+        if lang in per_language and is_held_out(f.key, held_out_percent) and (t := read_text(f.path)):
+            by_lang.setdefault(lang, []).append(t)
+    missing = [lang for lang in per_language if not by_lang.get(lang)]
+    if missing:
+        raise UserError(f"no held-out files for {', '.join(missing)} on this machine")
+    maker = SampleMaker(tok, SampleShape())
+    rng = random.Random(seed)
+    out = []
+    for lang, n in per_language.items():
+        for _ in range(n):
+            s = maker.fim(rng, rng.choice(by_lang[lang]))
+            out.append((lang, s.tokens[: s.middle_start]))
+    return out
+
+
+def engine_continuations(spec: str, prompts: list[tuple[str, list[int]]], max_new: int, dtype: str,
+                         threads: int) -> dict[str, object]:
+    """The target's greedy continuations through our own engine (``dtype`` gguf: the 4-bit target a CPU
+    runs by default), each item tagged with its language."""
+    from dspark_lsp.engine.config import DecodeConfig
+    from dspark_lsp.engine.decode import SpeculativeDecoder
+    from dspark_lsp.models.loader import load_causal_lm, resolve_model
+
+    torch.set_num_threads(threads)
+    model, _ = load_causal_lm(spec, device="cpu", dtype=dtype)
+    source = resolve_model(spec)
+    stops = stop_ids(str(source))
+    dec = SpeculativeDecoder(model)
+    items = []
+    t0 = time.time()
+    for i, (lang, p) in enumerate(prompts):
+        res = dec.generate(p, config=DecodeConfig(max_new_tokens=max_new), eos_ids=stops)
+        items.append({"language": lang, "prompt": p, "target": cut_at_stop(list(res.tokens), stops)})
+        print(f"[{i + 1}/{len(prompts)}] {time.time() - t0:.0f}s", file=sys.stderr, flush=True)
+    return {"model": spec, "dtype": dtype, "max_new_tokens": max_new, "items": items}
+
+
 # The tokens that end a completion in the server (dspark_lsp.models.fim), so the set holds exactly what
 # the decode loop would generate.
 STOP_TOKENS = (EOS, "<|im_end|>", "<|fim_pad|>", "<|file_sep|>", "<|repo_name|>")
@@ -138,15 +192,15 @@ def score(src: DraftSource, data: dict[str, object], mode: str, k: int,
 
 
 def target_features_for(
-    model_dir: str, data: dict[str, object], threads: int, cache_file: str = ""
+    model_dir: str, data: dict[str, object], threads: int, cache_file: str = "", dtype: str = "float32"
 ) -> tuple[Any, list[torch.Tensor]]:
-    """(the fp32 target, its last hidden states over each item's prompt + continuation): one forward
-    per item (~1.5 s each for the 0.5B target on 2 cores), kept in ``cache_file`` when given."""
+    """(the target in ``dtype``, its last hidden states over each item's prompt + continuation): one
+    forward per item (~1.5 s each for the 0.5B target on 2 cores), kept in ``cache_file`` when given."""
     from dspark_lsp.engine.kv import forward_hidden, new_cache
     from dspark_lsp.models.loader import load_causal_lm
 
     torch.set_num_threads(threads)
-    model, _ = load_causal_lm(model_dir, device="cpu", dtype="float32", pack="off")
+    model, _ = load_causal_lm(model_dir, device="cpu", dtype=dtype, pack="off")
     items = data["items"]
     assert isinstance(items, list)
     seqs = [it["prompt"] + it["target"] for it in items]
@@ -161,7 +215,8 @@ def target_features_for(
 
 
 def replay_draft(
-    spec: str, data: dict[str, object], target_dir: str | None, threads: int, features_cache: str = ""
+    spec: str, data: dict[str, object], target_dir: str | None, threads: int, features_cache: str = "",
+    dtype: str = "float32", **use: bool
 ) -> tuple[DraftSource, list[torch.Tensor] | None]:
     """A trained draft (shipped name or directory) for an offline replay of ``data``, plus the target's
     features over each item when the draft reads them (a feature draft needs ``target_dir``)."""
@@ -174,8 +229,8 @@ def replay_draft(
         return load_trained_draft(where, None), None
     if not target_dir:
         raise UserError(f"{where.name} is a feature draft: pass --target (the real target's directory)")
-    target, feats = target_features_for(target_dir, data, threads, features_cache)
-    return load_trained_draft(where, target), feats
+    target, feats = target_features_for(target_dir, data, threads, features_cache, dtype)
+    return load_trained_draft(where, target, **use), feats
 
 
 def forward_cost_ms(src: TrainedDraftSource, context: int = 256, reps: int = 30) -> dict[str, float]:
@@ -242,10 +297,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cost", action="store_true", help="also time draft vs target forwards (loads the target)")
     ap.add_argument("--json", default="", help="write the scores here")
     ap.add_argument("--features-cache", default="", help="keep the target features of --set here (feature drafts)")
+    ap.add_argument("--languages", default="",
+                    help="--make-set through our engine with this many prompts per language, e.g. "
+                         "python=20,javascript=20,c=10,cpp=10,typescript=10 (held-out files of every root)")
+    ap.add_argument("--target-dtype", default="float32", help="the target's dtype (gguf: the 4-bit target)")
     a = ap.parse_args(argv)
     try:
         path = Path(a.set)
-        if a.make_set:
+        if a.make_set and a.languages:
+            per = {k: int(v) for k, v in (part.split("=") for part in a.languages.split(","))}
+            from dspark_lsp.models.loader import resolve_model
+
+            tok_dir = str(resolve_model(a.target))
+            pairs = heldout_prompts_by_language(tok_dir, per, a.seed)
+            data = engine_continuations(a.target, pairs, a.max_new_tokens, a.target_dtype, a.threads)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(data))
+        elif a.make_set:
             prompts = heldout_prompts(a.target, a.prompts, a.seed)
             data = target_continuations(a.target, prompts, a.max_new_tokens, a.threads)
             path.parent.mkdir(parents=True, exist_ok=True)

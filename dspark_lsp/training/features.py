@@ -92,12 +92,15 @@ def training_sampler(
 
 
 def run_extract(cfg: ExtractConfig) -> int:
-    from dspark_lsp.models.loader import load_causal_lm
+    from dspark_lsp.models.loader import load_causal_lm, resolve_model
 
     torch.set_num_threads(cfg.threads)
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
     model, _ = load_causal_lm(cfg.target, device="cpu", dtype=cfg.dtype, pack="off")
-    draw = training_sampler(cfg.target, cfg.corpus_file, int(model.config.vocab_size), cfg.extra_share, cfg.out_dir)
+    # A model name (needed for dtype gguf: the registry knows its GGUF file) reads its tokenizer from the
+    # model cache.
+    source = resolve_model(cfg.target)
+    draw = training_sampler(str(source) if isinstance(source, Path) else cfg.target, cfg.corpus_file, int(model.config.vocab_size), cfg.extra_share, cfg.out_dir)
     t0 = time.time()
     done = len(shard_paths(cfg.out_dir))
     n_tok = 0
@@ -163,14 +166,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-shards", type=int, default=1000)
     p.add_argument("--max-minutes", type=float, default=0.0)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--dtype", default="bfloat16",
+                   help="the target's dtype: bfloat16/float32, or gguf for the 4-bit target the engine runs")
+    p.add_argument("--seed", type=int, default=1234,
+                   help="sample seed (a new seed draws new samples; shards resume under the same seed)")
     p.add_argument("--extra-share", type=float, default=0.0,
                    help="share of samples from C/C++/TypeScript sources on this machine (0 = none)")
     a = p.parse_args(argv)
     if not 0.0 <= a.extra_share <= 1.0:
         p.error("--extra-share must be in [0, 1]")
     cfg = ExtractConfig(a.target, a.out, a.corpus_file, a.samples_per_shard, a.max_shards, a.max_minutes,
-                        a.threads, a.dtype, extra_share=a.extra_share)
+                        a.threads, a.dtype, seed=a.seed,
+                        extra_share=a.extra_share)
     try:
         return run_extract(cfg)
     except UserError as exc:

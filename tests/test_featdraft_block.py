@@ -1,0 +1,253 @@
+"""The feature draft's block step, Markov head and confidence head (DESIGN.md §11): the training layout
+equals what inference runs, the Markov head chains a block, the confidence head sets the round, and
+decoding stays lossless."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dspark_lsp.draftnet.vocab import DraftVocab
+from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
+from dspark_lsp.engine.decode import SpeculativeDecoder
+from dspark_lsp.engine.model_draft import HybridDraftSource
+from dspark_lsp.engine.ngram import NgramDraftSource
+from dspark_lsp.featdraft.config import FeatDraftConfig
+from dspark_lsp.featdraft.io import load_feat_draft, save_feat_draft
+from dspark_lsp.featdraft.model import FeatDraft
+from dspark_lsp.featdraft.source import FeatureDraftSource
+from dspark_lsp.training.block_train import block_mask, pick_anchors, reliability
+
+D = 16
+
+
+def block_draft(seed: int, vocab: int = 16, block: int = 4, rank: int = 4) -> tuple[FeatDraft, DraftVocab]:
+    torch.manual_seed(seed)
+    dv = DraftVocab(list(range(vocab)), vocab)
+    model = FeatDraft(FeatDraftConfig(d_model=D, n_heads=2, d_ff=2 * D, vocab_size=dv.size, target_vocab_size=vocab,
+                                      block_size=block, markov_rank=rank, confidence_head=True))
+    with torch.no_grad():
+        model.head.weight.mul_(20.0)
+        assert model.markov_out is not None
+        model.markov_out.weight.normal_(std=3.0)  # a Markov head that matters (a new one starts at zero)
+    return model.eval(), dv
+
+
+class _Embed(torch.nn.Module):
+    def __init__(self, vocab: int, d: int) -> None:
+        super().__init__()
+        self.table = torch.nn.Embedding(vocab, d)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.table(ids)
+
+
+def test_block_mask_layout() -> None:
+    m = block_mask(6, torch.tensor([1, 3]), 2)[0, 0]
+    assert m.shape == (4, 6 + 4)
+    # Row 2 = offset 2 of anchor 1: true keys 0..1, offset-1 and offset-2 keys of the same anchor only.
+    assert m[2, :6].tolist() == [True, True, False, False, False, False]
+    assert m[2, 6:].tolist() == [True, False, True, False]
+    # Row 1 = offset 1 of anchor 3: true keys 0..3 and its own key.
+    assert m[1, :6].tolist() == [True, True, True, True, False, False]
+    assert m[1, 6:].tolist() == [False, True, False, False]
+
+
+@torch.no_grad()
+def test_block_training_rows_equal_the_cached_block_step() -> None:
+    """Offset i of anchor a in the training layout must be exactly the inference block forward run after
+    the true positions 0..a."""
+    model, _ = block_draft(0)
+    n, nb = 10, 3
+    emb, feat = torch.randn(1, n, D), torch.randn(1, n, D)
+    anchors = torch.tensor([0, 2, 5, 6])
+    m = int(anchors.numel())
+    first = torch.randn(1, m, D)
+    cache = model.new_cache()
+    g1 = model(emb, feat, torch.arange(n)[None], None, cache)
+    x = model.block_inputs(nb, g1[:, anchors], first).transpose(1, 2).reshape(1, nb * m, D)
+    pos = (anchors.repeat(nb) + torch.arange(1, nb + 1).repeat_interleave(m))[None]
+    rows = model.body(x, pos, block_mask(n, anchors, nb), cache)[0]
+    for ai, a in enumerate(anchors.tolist()):
+        c = model.new_cache()
+        ga = model(emb[:, : a + 1], feat[:, : a + 1], torch.arange(a + 1)[None], None, c)[0, -1]
+        h = model.body(model.block_inputs(nb, ga, first[0, ai])[None], torch.arange(a + 1, a + 1 + nb)[None], None,
+                       c)[0]
+        for i in range(nb):
+            assert torch.allclose(h[i], rows[i * m + ai], atol=1e-5), (a, i)
+
+
+@torch.no_grad()
+def test_a_block_is_one_forward_chained_by_the_markov_head() -> None:
+    model, dv = block_draft(1)
+    embed = _Embed(16, D)
+    g = torch.Generator().manual_seed(2)
+    ctx = torch.randint(0, 16, (12,), generator=g).tolist()
+    feats = torch.randn(12, D, generator=g)
+    src = FeatureDraftSource(model, dv, embed, use_confidence=False)
+    assert src.supports_parallel
+    src.set_features(0, feats[:11])
+    p = src.propose(ctx, 4, parallel=True, tau=0.0)
+    assert len(p.tokens) == 4 and p.forwards == 2  # the true positions, then the whole block at once
+    assert src._cache.length == 11  # the block's keys are not context
+
+    # The same tokens by hand: head(h_i) + W2 W1[previous choice], greedy, UNK/MASK never chosen.
+    c = model.new_cache()
+    gg = model(embed(torch.tensor([ctx[1:12]])), feats[None, :11], torch.arange(11)[None], None, c)[0, -1]
+    prev = ctx[-1]
+    want: list[int] = []
+    h = torch.empty(0)
+    for i in range(4):
+        lg = model.logits(gg if i == 0 else h[i - 1], dv.to_draft[prev])
+        lg[:2] = -float("inf")
+        prev = int(dv.to_target[int(lg.argmax())])
+        want.append(prev)
+        if i == 0:  # offset 1 reads the anchor's own token
+            x = model.block_inputs(3, gg, embed(torch.tensor([prev]))[0])[None]
+            h = model.body(x, torch.arange(11, 14)[None], None, c)[0]
+    assert p.tokens == want
+
+    # Without its Markov head the block guesses differently (the head is what chains it).
+    plain = FeatureDraftSource(model, dv, embed, use_markov=False, use_confidence=False)
+    plain.set_features(0, feats[:11])
+    assert plain.propose(ctx, 4, parallel=True, tau=0.0).tokens != p.tokens
+
+
+@torch.no_grad()
+def test_key_positions_and_chained_context_draft_autoregressively() -> None:
+    model, dv = block_draft(3)
+    embed = _Embed(16, D)
+    feats = torch.randn(12, D)
+    ctx = list(range(12))
+    src = FeatureDraftSource(model, dv, embed, use_confidence=False)
+    src.set_features(0, feats[:11])
+    assert src.propose(ctx, 4, parallel=False, tau=0.0).forwards == 4  # one forward per token
+    src.set_features(0, feats[:8])  # a lookup proposed 9..11 this round: the block needs true features
+    assert src.propose(ctx, 2, parallel=True, tau=0.0).forwards == 3 + 2
+    off = FeatureDraftSource(model, dv, embed, use_block=False)
+    assert not off.supports_parallel
+
+
+def test_confidence_head_sets_the_confidence_and_the_round_length(random_lm: Any) -> None:
+    target = random_lm(2, vocab_size=16, hidden=D, layers=1)
+    model, dv = block_draft(4)
+    prompt = list(range(2, 12))
+    runs = {}
+    for bias in (8.0, -8.0):
+        with torch.no_grad():
+            assert model.conf_step is not None and model.conf is not None
+            model.conf.zero_()
+            model.conf_step.fill_(bias)
+        src = FeatureDraftSource(model, dv, target.get_input_embeddings())
+        assert src.calibrated
+        src.set_features(0, torch.randn(len(prompt) - 1, D))
+        p = src.propose(prompt, 5, parallel=False, tau=0.5)
+        assert all(abs(c - torch.sigmoid(torch.tensor(bias)).item()) < 1e-4 for c in p.confidence)
+        cfg = DecodeConfig(max_new_tokens=24, scheduler=SchedulerConfig(k_max=5, verify_cost_ms={1: 10.0, 6: 30.0}))
+        out = SpeculativeDecoder(target).generate(prompt, config=cfg, draft=src)
+        runs[bias] = out.stats.proposed / max(1, out.stats.target_forwards)
+    # Sure of every token: each round drafts k_max; sure of none: only the always-kept first token.
+    assert runs[8.0] > 3.5 and runs[-8.0] <= 1.0
+
+
+@settings(max_examples=12)
+@given(seed=st.integers(0, 10_000), n_prompt=st.integers(2, 20), k=st.integers(1, 5),
+       mode=st.sampled_from(["semi", "parallel", "ar"]), hybrid=st.booleans(), conf=st.booleans())
+def test_block_draft_is_lossless(random_lm: Any, greedy_reference: Any, seed: int, n_prompt: int, k: int,
+                                 mode: str, hybrid: bool, conf: bool) -> None:
+    target = random_lm(seed % 7, vocab_size=16, hidden=D, layers=1)
+    model, dv = block_draft(seed)
+    src: Any = FeatureDraftSource(model, dv, target.get_input_embeddings(), use_confidence=conf)
+    if hybrid:
+        src = HybridDraftSource(src, NgramDraftSource())
+    g = torch.Generator().manual_seed(seed)
+    prompt = torch.randint(0, 16, (n_prompt,), generator=g).tolist()
+    rng = random.Random(seed)
+    keys = {i: rng.random() < 0.4 for i in range(64)}
+
+    def is_key(ids: list[int]) -> bool:
+        return keys[len(ids) % 64]
+
+    cfg = DecodeConfig(max_new_tokens=14, draft_mode=mode, scheduler=SchedulerConfig(fixed_k=k))  # type: ignore[arg-type]
+    out = SpeculativeDecoder(target).generate(prompt, config=cfg, draft=src, is_key=is_key)
+    assert out.tokens == greedy_reference(target, prompt, 14)
+    if mode == "parallel" and not hybrid and k > 1:
+        assert out.stats.draft_steps_parallel > 0
+
+
+def test_new_parts_round_trip_and_an_old_draft_still_loads(tmp_path: Path) -> None:
+    model, dv = block_draft(5)
+    save_feat_draft(tmp_path / "new", model, dv, {"step": 1}, dtype=torch.float32)
+    back, _, _ = load_feat_draft(tmp_path / "new")
+    assert back.cfg.block_size == 4 and back.cfg.markov_rank == 4 and back.cfg.confidence_head
+    for (k, a), (_, b) in zip(model.state_dict().items(), back.state_dict().items(), strict=True):
+        assert torch.equal(a, b), k
+    old = FeatDraft(FeatDraftConfig(d_model=D, n_heads=2, d_ff=2 * D, vocab_size=dv.size, target_vocab_size=16))
+    save_feat_draft(tmp_path / "old", old, dv, {"step": 1})
+    cfg = json.loads((tmp_path / "old" / "feat_config.json").read_text())
+    for key in ("block_size", "markov_rank", "confidence_head"):  # what an older release wrote
+        cfg.pop(key)
+    (tmp_path / "old" / "feat_config.json").write_text(json.dumps(cfg))
+    loaded, _, _ = load_feat_draft(tmp_path / "old")
+    assert not loaded.has_block and loaded.markov_in is None and loaded.conf is None
+    src = FeatureDraftSource(loaded, dv, _Embed(16, D))
+    assert not src.supports_parallel and not src.calibrated
+
+
+def test_reliability_bins_report_prediction_and_rate() -> None:
+    logits = torch.logit(torch.tensor([0.05, 0.05, 0.95, 0.95, 0.95, 0.95]))
+    labels = torch.tensor([0.0, 0.0, 1.0, 1.0, 1.0, 0.0])
+    rows = reliability(logits, labels, 10)
+    assert [r["bin"] for r in rows] == [0, 9]
+    assert rows[0]["count"] == 2 and rows[0]["measured"] == 0.0
+    assert rows[1]["count"] == 4 and rows[1]["measured"] == 0.75 and abs(rows[1]["predicted"] - 0.95) < 1e-3
+
+
+def test_anchors_leave_room_for_a_block() -> None:
+    a = pick_anchors(40, 0.25, 5, random.Random(0))
+    assert a.numel() == 8 and int(a.max()) < 35 and a.tolist() == sorted(set(a.tolist()))
+
+
+def test_bad_block_config_is_refused() -> None:
+    from dspark_lsp.errors import UserError
+
+    with pytest.raises(UserError, match="block_size"):
+        FeatDraftConfig(d_model=D, n_heads=2, block_size=1)
+
+
+def test_block_training_learns_resumes_and_exports_a_loadable_draft(tiny_models: tuple[Path, Path],
+                                                                     tiny_target: Any, tmp_path: Path) -> None:
+    from featdraft_testlib import write_shards
+
+    from dspark_lsp.training.block_train import BlockTrainConfig, run
+
+    vocab = int(tiny_target.config.vocab_size)
+    hidden = int(tiny_target.config.hidden_size)
+    write_shards(tiny_target, tmp_path / "feats", 3, 8, 40, 300)
+    dv = DraftVocab(list(range(vocab)), vocab)
+    init = FeatDraft(FeatDraftConfig(d_model=hidden, n_heads=4, d_ff=64, vocab_size=dv.size, target_vocab_size=vocab))
+    save_feat_draft(tmp_path / "init", init, dv, {"step": 0}, dtype=torch.float32)
+    cfg = BlockTrainConfig(name="b", runs_dir=tmp_path / "runs", init=tmp_path / "init", features=tmp_path / "feats",
+                           target=str(tiny_models[0]), block_size=3, markov_rank=8, batch_size=4, lr=3e-3,
+                           head_lr=1e-2, warmup_steps=5, max_steps=60, log_every=10, eval_every=60, threads=1)
+    run(cfg)
+    log = [json.loads(line) for line in (cfg.run_dir / "log.jsonl").read_text().splitlines()]
+    steps = [r for r in log if "loss" in r]
+    assert steps[-1]["loss"] < 0.7 * steps[0]["loss"]
+    val = [r["val"] for r in log if "val" in r]
+    assert val and len(val[-1]["block_chain"]) == 2 and val[-1]["reliability"]
+    assert steps[-1]["ce"][-1] < 0.7 * steps[0]["ce"][-1]  # the block's own loss falls too
+    model, _, meta = load_feat_draft(cfg.run_dir / "export")
+    assert meta["step"] == 60 and model.has_block and model.markov_in is not None and model.conf is not None
+    cfg.max_steps = 65
+    run(cfg)  # resumes from the checkpoint instead of starting over
+    assert load_feat_draft(cfg.run_dir / "export")[2]["step"] == 65
+    lines = (cfg.run_dir / "log.jsonl").read_text().splitlines()
+    assert [r["step"] for r in map(json.loads, lines) if "loss" in r] == [10, 20, 30, 40, 50, 60]
