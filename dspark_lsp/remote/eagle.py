@@ -1,0 +1,395 @@
+"""`dspark-lsp export-eagle DIR`: the feature draft as a checkpoint vLLM's EAGLE method loads.
+
+What vLLM 0.32's EAGLE-1 draft (`EagleLlamaForCausalLM`, model_executor/models/llama_eagle.py) computes,
+for target feature f (the target model's output after its final norm) and next-token embedding e:
+
+    x = fc([e; f])                       # no norms before fc
+    r = x;  a = attn(x)                  # layer 0 has no input norm
+    r = r + a;  m = mlp(norm2(r))
+    g = m + r                            # returned as logits input AND as the next step's feature
+    logits = target.lm_head(g)           # the target's own head, over the full vocabulary
+
+Ours (featdraft/model.py): x = fc([norm_e(e); norm_f(f)]), a = attn(norm1(x)), the same residuals and
+MLP, g predicted towards f_next (smooth-L1), logits = head(g) over a reduced vocabulary. The export:
+
+* norm_e: exact. The checkpoint carries its own `embed_tokens`, the target's table with norm_e applied
+  row by row (vLLM keeps a draft's own table when it differs from the target's).
+* norm_f: approximate. Its weight folds into fc; its per-token 1/rms(f) becomes one constant measured
+  on the target's features (least squares: E[rms] / E[rms^2]).
+* norm1 (before attention): approximate the same way (weight and a constant into q/k/v).
+* head: not expressible. vLLM's EAGLE-1 has no lm_head of its own and uses the target's on g; ours is a
+  reduced-vocabulary head (vLLM's EAGLE-3 has that, `d2t`, but a different layer: embeddings and the
+  feature go straight into q/k/v with the feature as the residual, and no fc before the layer).
+* rope: theta from feat_config; vLLM uses the target's positions, ours positions offset by one at most
+  (RoPE is relative, so a constant offset changes nothing).
+* block step, Markov and confidence heads of newer drafts: not expressible; dropped.
+
+`measure` runs both forwards (ours and the exported EAGLE math, written out here in torch from the
+checkpoint file itself) over held-out text and reports how often each one's first proposal equals the
+target's greedy next token, and how often they agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from dspark_lsp.errors import UserError
+
+WEIGHTS, CONFIG, REPORT = "model.safetensors", "config.json", "dspark-eagle.json"
+
+
+@dataclass
+class Constants:
+    feature_scale: float  # replaces 1/rms(f) of norm_f
+    attn_scale: float  # replaces 1/rms(x) of the layer's attention pre-norm
+    tokens: int  # how many target positions they were measured on
+
+
+@dataclass
+class Fidelity:
+    positions: int
+    ours_first_accept: float  # our draft's first proposal == the target's greedy next token
+    eagle_first_accept: float  # the exported EAGLE math's first proposal == it
+    agree: float  # the two proposals are the same token
+    ours_second_accept: float  # first AND second proposal right (the second reads the draft's own g)
+    eagle_second_accept: float
+
+
+# ---------------------------------------------------------------------------------------- loading
+def _target_tensors(target_dir: Path, names: tuple[str, ...]) -> dict[str, Any]:
+    from safetensors import safe_open
+
+    files = sorted(target_dir.glob("*.safetensors"))
+    out: dict[str, Any] = {}
+    for f in files:
+        with safe_open(str(f), "pt") as st:
+            for n in names:
+                if n in st.keys():  # noqa: SIM118 - safe_open has keys(), not __contains__
+                    out[n] = st.get_tensor(n).float()
+    missing = [n for n in names if n not in out]
+    if missing:
+        raise UserError(f"{target_dir} has no {', '.join(missing)} in its safetensors files")
+    return out
+
+
+def _rms(x: Any, eps: float) -> Any:
+    return (x.float().pow(2).mean(-1, keepdim=True) + eps).sqrt()
+
+
+def _norm_weightless(x: Any, eps: float) -> Any:
+    return x.float() / _rms(x, eps)
+
+
+def calibration_ids(tokenizer: Any, texts: list[str], tokens: int, window: int = 256) -> list[list[int]]:
+    """Token windows of ``window`` ids from ``texts`` until ``tokens`` ids are collected."""
+    out: list[list[int]] = []
+    total = 0
+    for text in texts:
+        ids = list(tokenizer.encode(text, add_special_tokens=False))
+        for i in range(0, max(0, len(ids) - 16), window):
+            chunk = ids[i : i + window]
+            if len(chunk) >= 16:
+                out.append(chunk)
+                total += len(chunk)
+            if total >= tokens:
+                return out
+    return out
+
+
+def corpus_texts(root: Path, limit_bytes: int = 400_000) -> list[str]:
+    files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in {".py", ".js", ".ts", ".go", ".rs", ".java", ".c", ".cpp"})
+    texts = []
+    for p in files:
+        if p.stat().st_size < limit_bytes:
+            texts.append(p.read_text(encoding="utf-8", errors="replace"))
+    return texts
+
+
+# -------------------------------------------------------------------------------------- the math
+def measure_constants(draft: Any, feats: list[Any], embeds: list[Any]) -> Constants:
+    """Least-squares constants for the two per-token rms divisions the EAGLE layout has no room for."""
+    import torch
+
+    eps = draft.cfg.norm_eps
+    rms_f, rms_x = [], []
+    with torch.inference_mode():
+        for f, e in zip(feats, embeds, strict=True):
+            x = draft.fc(torch.cat([draft.norm_e(e), draft.norm_f(f)], -1).float())
+            rms_f.append(_rms(f, eps).flatten())
+            rms_x.append(_rms(x, eps).flatten())
+    rf, rx = torch.cat(rms_f), torch.cat(rms_x)
+    return Constants(
+        feature_scale=float(rf.mean() / rf.pow(2).mean()),
+        attn_scale=float(rx.mean() / rx.pow(2).mean()),
+        tokens=int(rf.numel()),
+    )
+
+
+def eagle_state(draft: Any, embed: Any, consts: Constants) -> dict[str, Any]:
+    """The EAGLE-1 checkpoint's tensors (names as vLLM's llama_eagle loads them), fp32."""
+    import torch
+
+    cfg = draft.cfg
+    if cfg.n_layers != 1:
+        raise UserError(f"vLLM's EAGLE-1 layout has one decoder layer; this draft has {cfg.n_layers}")
+    d, eps = cfg.d_model, cfg.norm_eps
+    w_e, w_f = draft.norm_e.weight.float(), draft.norm_f.weight.float()
+    fc = draft.fc.weight.float()  # [d, 2d]: columns for norm_e(e), then for norm_f(f)
+    block = draft.blocks[0]
+    qkv = block.attn.qkv.weight.float() * (block.norm1.weight.float() * consts.attn_scale)[None, :]
+    gate_up = block.gate_up.weight.float()
+    d_ff = gate_up.shape[0] // 2
+    with torch.inference_mode():
+        table = _norm_weightless(embed, eps) * w_e[None, :]
+    return {
+        "embed_tokens.weight": table,
+        "fc.weight": torch.cat([fc[:, :d], fc[:, d:] * (w_f * consts.feature_scale)[None, :]], dim=1),
+        "layers.0.self_attn.q_proj.weight": qkv[:d],
+        "layers.0.self_attn.k_proj.weight": qkv[d : 2 * d],
+        "layers.0.self_attn.v_proj.weight": qkv[2 * d :],
+        "layers.0.self_attn.o_proj.weight": block.attn.out.weight.float(),
+        "layers.0.post_attention_layernorm.weight": block.norm2.weight.float(),
+        "layers.0.mlp.gate_proj.weight": gate_up[:d_ff],
+        "layers.0.mlp.up_proj.weight": gate_up[d_ff:],
+        "layers.0.mlp.down_proj.weight": block.down.weight.float(),
+    }
+
+
+def eagle_config(draft_cfg: Any, target_config: dict[str, Any]) -> dict[str, Any]:
+    """A Llama config.json vLLM's EAGLE method turns into EagleLlamaForCausalLM."""
+    heads = draft_cfg.n_heads
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": draft_cfg.d_model,
+        "intermediate_size": draft_cfg.d_ff,
+        "num_hidden_layers": draft_cfg.n_layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": heads,
+        "head_dim": draft_cfg.d_model // heads,
+        "hidden_act": "silu",
+        "rms_norm_eps": draft_cfg.norm_eps,
+        "rope_theta": draft_cfg.rope_theta,
+        "rope_parameters": {"rope_theta": draft_cfg.rope_theta, "rope_type": "default"},
+        "max_position_embeddings": int(target_config.get("max_position_embeddings", 32768)),
+        "vocab_size": int(target_config["vocab_size"]),
+        "attention_bias": False,
+        "mlp_bias": False,
+        "tie_word_embeddings": False,
+        "bos_token_id": target_config.get("bos_token_id"),
+        "eos_token_id": target_config.get("eos_token_id"),
+        "torch_dtype": "bfloat16",
+    }
+
+
+def eagle_forward(
+    state: dict[str, Any], cfg: dict[str, Any], ids: Any, feats: Any, positions: Any, mask: Any = None
+) -> Any:
+    """vLLM's EAGLE-1 Llama draft over one sequence, in plain torch, from checkpoint tensors: ids [T],
+    feats [T, d], positions [T], mask bool [T, T] (True = may attend; None = causal) -> g [T, d]."""
+    import torch
+    import torch.nn.functional as F
+
+    d, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
+    hd = d // heads
+    eps, theta = float(cfg["rms_norm_eps"]), float(cfg["rope_theta"])
+    p = {k: v.float() for k, v in state.items()}
+    e = p["embed_tokens.weight"][ids]
+    x = torch.cat([e, feats.float()], -1) @ p["fc.weight"].T
+    t = x.shape[0]
+
+    def split(w: Any) -> Any:
+        return (x @ w.T).view(t, heads, hd).transpose(0, 1)  # [H, T, hd]
+
+    q, k, v = (split(p[f"layers.0.self_attn.{n}_proj.weight"]) for n in "qkv")
+    inv = 1.0 / (theta ** (torch.arange(0, hd, 2).float() / hd))
+    ang = positions.float()[:, None] * inv[None, :]
+    cos, sin = ang.cos()[None], ang.sin()[None]
+
+    def rope(z: Any) -> Any:
+        z1, z2 = z.chunk(2, -1)
+        return torch.cat([z1 * cos - z2 * sin, z2 * cos + z1 * sin], -1)
+
+    if mask is None:
+        mask = torch.ones(t, t, dtype=torch.bool).tril()
+    a = F.scaled_dot_product_attention(rope(q)[None], rope(k)[None], v[None], attn_mask=mask[None, None])[0]
+    r = x + a.transpose(0, 1).reshape(t, d) @ p["layers.0.self_attn.o_proj.weight"].T
+    h = _norm_weightless(r, eps) * p["layers.0.post_attention_layernorm.weight"]
+    m = (F.silu(h @ p["layers.0.mlp.gate_proj.weight"].T) * (h @ p["layers.0.mlp.up_proj.weight"].T)) @ p[
+        "layers.0.mlp.down_proj.weight"
+    ].T
+    return m + r
+
+
+def second_step_mask(n: int) -> Any:
+    """Bool [2n, 2n] for n true draft positions followed by n drafted ones: true rows are causal among
+    themselves; drafted row i (the step after true position i) sees true positions 0..i and itself."""
+    import torch
+
+    mask = torch.zeros(2 * n, 2 * n, dtype=torch.bool)
+    mask[:n, :n] = torch.ones(n, n, dtype=torch.bool).tril()
+    mask[n:, :n] = torch.ones(n, n, dtype=torch.bool).tril()
+    mask[n:, n:] = torch.eye(n, dtype=torch.bool)
+    return mask
+
+
+def measure(draft: Any, vocab: Any, embed: Any, state: dict[str, Any], cfg: dict[str, Any], lm_head: Any,
+            seqs: list[tuple[Any, Any, Any]]) -> Fidelity:
+    """(ids [T], feats [T, d], target greedy [T]) per sequence, every position a draft start: how often
+    the first proposal of each draft (ours; the exported EAGLE math) is the target's greedy token, and
+    how often the first two both are (the second step reads the draft's own predicted feature)."""
+    import torch
+
+    from dspark_lsp.draftnet.vocab import N_RESERVED
+
+    def ours_tokens(g: Any) -> Any:
+        logits = draft.head(g).float()
+        logits[:, :N_RESERVED] = float("-inf")
+        return vocab.to_target[logits.argmax(-1)]
+
+    n = agree = ours1 = eag1 = ours2 = eag2 = 0
+    with torch.inference_mode():
+        for ids, feats, greedy in seqs:
+            t = ids.shape[0] - 2  # starts j = 0 .. T-3: position j reads (f_j, ids[j+1]), wants greedy[j+1]
+            if t < 2:
+                continue
+            inp, f, pos = ids[1 : t + 1], feats[:t].float(), torch.arange(t)
+            want1, want2 = greedy[1 : t + 1], greedy[2 : t + 2]
+            g = draft(embed[inp][None], f[None], pos[None])[0]
+            ge = eagle_forward(state, cfg, inp, f, pos)
+            p1_ours, p1_eag = ours_tokens(g), (ge @ lm_head.T).argmax(-1)
+            # The second step after start j: (own g_j, token want1[j]) at position j + 1.
+            mask = second_step_mask(t)
+            inp2, pos2 = torch.cat([inp, want1]), torch.cat([pos, pos + 1])
+            g2 = draft(embed[inp2][None], torch.cat([f, g])[None], pos2[None], mask[None, None])[0][t:]
+            ge2 = eagle_forward(state, cfg, inp2, torch.cat([f, ge]), pos2, mask)[t:]
+            p2_ours, p2_eag = ours_tokens(g2), (ge2 @ lm_head.T).argmax(-1)
+            n += t
+            ours1 += int((p1_ours == want1).sum())
+            eag1 += int((p1_eag == want1).sum())
+            agree += int((p1_ours == p1_eag).sum())
+            ours2 += int(((p1_ours == want1) & (p2_ours == want2)).sum())
+            eag2 += int(((p1_eag == want1) & (p2_eag == want2)).sum())
+    if n == 0:
+        raise UserError("no calibration text long enough to measure on")
+    return Fidelity(
+        positions=n,
+        ours_first_accept=round(ours1 / n, 4),
+        eagle_first_accept=round(eag1 / n, 4),
+        agree=round(agree / n, 4),
+        ours_second_accept=round(ours2 / n, 4),
+        eagle_second_accept=round(eag2 / n, 4),
+    )
+
+
+# --------------------------------------------------------------------------------------- export
+def export_eagle(
+    out: Path,
+    *,
+    draft: str = "dspark-feat-qwc05",
+    target: str = "default",
+    cache_dir: str | None = None,
+    calibration_tokens: int = 2048,
+    corpus: Path | None = None,
+    dtype: str = "auto",
+    progress: Any = None,
+) -> dict[str, Any]:
+    import torch
+    from safetensors.torch import save_file
+
+    from dspark_lsp.featdraft.io import is_feat_draft_dir, load_feat_draft
+    from dspark_lsp.models.loader import load_causal_lm, resolve_model
+    from dspark_lsp.models.registry import pair_for
+    from dspark_lsp.trained_drafts import trained_draft_dir
+
+    say = progress or (lambda message: None)
+    where = trained_draft_dir(draft) or Path(draft).expanduser()
+    if not is_feat_draft_dir(Path(where)):
+        raise UserError(f"{draft} is not a feature draft (no feat_config.json); only feature drafts export to EAGLE")
+    model, vocab, _meta = load_feat_draft(Path(where))
+    target_name = pair_for(target, None).target
+    target_dir = Path(resolve_model(target_name, cache_dir))
+    if not isinstance(resolve_model(target_name, cache_dir), Path):
+        raise UserError("the target must be a local model directory (a prepared model or a path)")
+    target_config = json.loads((target_dir / "config.json").read_text())
+    if int(target_config.get("hidden_size", -1)) != model.cfg.d_model:
+        raise UserError(f"the draft reads {model.cfg.d_model}-wide features; {target_name} has {target_config.get('hidden_size')}")
+    weights = _target_tensors(target_dir, ("model.embed_tokens.weight", "lm_head.weight"))
+    embed, lm_head = weights["model.embed_tokens.weight"], weights["lm_head.weight"]
+    say(f"loading {target_name} for its features")
+    tmodel, tokenizer = load_causal_lm(target_name, device="cpu", dtype=dtype, cache_root=cache_dir, pack="off")
+    root = corpus or Path(__file__).resolve().parents[2] / "bench" / "corpus"
+    texts = corpus_texts(root)
+    if not texts:
+        raise UserError(f"no source files under {root} to calibrate on")
+    windows = calibration_ids(tokenizer, texts, 2 * calibration_tokens)
+    half = max(1, len(windows) // 2)
+    seqs: list[tuple[Any, Any, Any]] = []
+    started = time.perf_counter()
+    with torch.inference_mode():
+        for i, w in enumerate(windows):
+            x = torch.tensor([w])
+            o = tmodel(input_ids=x, output_hidden_states=True, use_cache=False)
+            seqs.append((x[0], o.hidden_states[-1][0].float(), o.logits[0].argmax(-1)))
+            say(f"target features {i + 1}/{len(windows)}")
+    calib, held = seqs[:half], seqs[half:] or seqs[:half]
+    consts = measure_constants(model, [f[:-1] for _i, f, _g in calib], [embed[i[1:]] for i, _f, _g in calib])
+    state = eagle_state(model, embed, consts)
+    cfg = eagle_config(model.cfg, target_config)
+    fidelity = measure(model, vocab, embed, state, cfg, lm_head, held)
+    dropped = [n for n in ("block_size", "markov_rank", "confidence_head") if getattr(model.cfg, n, 0)]
+    report = {
+        "draft": str(where),
+        "target": str(target_dir),
+        "layout": "vLLM EAGLE-1 (EagleLlamaForCausalLM): method 'eagle'",
+        "constants": asdict(consts),
+        "fidelity_held_out": asdict(fidelity),
+        "dropped": dropped,
+        "seconds": round(time.perf_counter() - started, 1),
+        "differences": [
+            "norm_e: exact (embed_tokens = the target's table with norm_e applied)",
+            "norm_f: weight folded into fc, 1/rms(f) replaced by constants.feature_scale",
+            "layer pre-attention norm: weight folded into q/k/v, 1/rms(x) replaced by constants.attn_scale",
+            "head: the target's lm_head on g (vLLM's EAGLE-1 has no head of its own); ours is a reduced-vocabulary head",
+            "block step / Markov / confidence heads: not expressible, dropped" if dropped else "no extra heads",
+        ],
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.to(torch.bfloat16).contiguous() for k, v in state.items()}, str(out / WEIGHTS), metadata={"format": "pt"})
+    (out / CONFIG).write_text(json.dumps(cfg, indent=2))
+    (out / REPORT).write_text(json.dumps(report, indent=2))
+    return report
+
+
+def add_export_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("export-eagle", help="export the feature draft as a vLLM EAGLE checkpoint (see README, For teams)")
+    p.add_argument("out", help="output directory (config.json, model.safetensors, dspark-eagle.json)")
+    p.add_argument("--draft", default="dspark-feat-qwc05", help="a shipped feature draft name or its directory")
+    p.add_argument("--model", default="default", help="the target the draft was trained on")
+    p.add_argument("--cache-dir", default=None)
+    p.add_argument("--dtype", default="auto", help="the target's dtype for the calibration features")
+    p.add_argument("--calibration-tokens", type=int, default=2048, help="target positions for the constants")
+    p.add_argument("--corpus", default=None, help="source files to calibrate on (default: bench/corpus)")
+    p.set_defaults(func=_cmd)
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    import sys
+
+    if args.calibration_tokens < 64:
+        raise UserError("--calibration-tokens must be at least 64")
+    report = export_eagle(
+        Path(args.out), draft=args.draft, target=args.model, cache_dir=args.cache_dir,
+        calibration_tokens=args.calibration_tokens, corpus=Path(args.corpus) if args.corpus else None,
+        dtype=args.dtype, progress=lambda m: print(f"export-eagle: {m}", file=sys.stderr) if sys.stderr.isatty() else None,
+    )
+    print(json.dumps({k: report[k] for k in ("layout", "constants", "fidelity_held_out", "dropped")}, indent=2))
+    return 0
+
+
+__all__ = ["add_export_parser", "eagle_forward", "eagle_state", "export_eagle"]
