@@ -94,3 +94,33 @@ def test_mode_ablation_replays_every_mode_exactly(tiny_tokenizer: Any) -> None:
     for t in totals.values():
         assert t.tokens == len(target) and 1 <= t.forwards <= len(target) + 1
         assert set(t.by_language) == {"python"} and t.as_dict()["est_tokens_per_s"] > 0
+
+
+def test_mode_ablation_replays_named_variants_with_their_own_k(tiny_tokenizer: Any) -> None:
+    from dspark_lsp.bench.mode_ablation import Variant, run
+    from dspark_lsp.engine.ngram import NgramDraftSource
+
+    text = "<|fim_prefix|>def add(a, b):\n    return a + b\n\nx = add(<|fim_suffix|>\n<|fim_middle|>"
+    prompt = tiny_tokenizer(text)["input_ids"]
+    target = tiny_tokenizer("1, 2)\nprint(x)\n")["input_ids"]
+    variants = {"one": Variant(NgramDraftSource(), "parallel", 1), "sched": Variant(NgramDraftSource(), "semi")}
+    item = {"prompt": prompt, "target": target, "language": "python"}
+    totals = run([item], tiny_tokenizer, None, {1: 10.0, 8: 10.0}, variants=variants)
+    assert set(totals) == {"one", "sched"}
+    for t in totals.values():
+        assert t.tokens == len(target) and set(t.by_language) == {"python"}
+    # A fixed k of 1 can never take more than two tokens per forward.
+    assert totals["one"].tokens / totals["one"].forwards <= 2.0
+
+
+def test_engine_continuations_are_the_targets_greedy_tokens(tiny_models: Any, tiny_target: Any,
+                                                            greedy_reference: Any) -> None:
+    from dspark_lsp.training.acceptance import engine_continuations
+
+    prompts = [("python", [5, 9, 13, 40]), ("cpp", [7, 7, 8])]
+    data = engine_continuations(str(tiny_models[0]), prompts, 6, "float32", 1)
+    items = data["items"]
+    assert isinstance(items, list) and [it["language"] for it in items] == ["python", "cpp"]
+    for it, (_, p) in zip(items, prompts, strict=True):
+        want = greedy_reference(tiny_target, p, 6)
+        assert it["target"][: len(want)] == want

@@ -19,7 +19,9 @@ class Proposal:
     """Tokens proposed by one draft call.
 
     ``tokens[i]`` is a target-vocabulary id. ``confidence[i]`` is the draft's probability of that token
-    (its top probability under greedy drafting); the scheduler stops early when it drops below tau.
+    (its top probability under greedy drafting), or, for a source that says it is ``calibrated`` (a
+    confidence head), its predicted probability that the target accepts the token given that every
+    earlier one was; the scheduler stops early when it drops below tau or stops paying.
     ``dists[i]`` (optional) is the full draft distribution q over the *target* vocabulary that
     ``tokens[i]`` was sampled from; it is required only for speculative sampling (temperature > 0).
     ``forwards`` counts draft-model forward passes spent (0 for n-gram lookup).

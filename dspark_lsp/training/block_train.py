@@ -261,7 +261,10 @@ def run(cfg: BlockTrainConfig) -> None:
     if ckpt.is_file():
         state = torch.load(ckpt, weights_only=False)
         model.load_state_dict(state["model"])
-        opt.load_state_dict(state["opt"])
+        # A run may go on with the base unfrozen (a second stage): the optimizer's groups differ then, and
+        # it starts afresh on the weights so far.
+        if len(state["opt"]["param_groups"]) == len(opt.param_groups):
+            opt.load_state_dict(state["opt"])
         step = int(state["step"])
         print(f"resumed at step {step}", file=sys.stderr)
     (run_dir / "train_config.json").write_text(json.dumps(asdict(cfg), default=str, indent=2))
@@ -355,7 +358,8 @@ def evaluate(model: FeatDraft, emb_table: torch.Tensor, rows: list[dict[str, tor
 
 def save(model: FeatDraft, opt: torch.optim.Optimizer, step: int, vocab: DraftVocab, cfg: BlockTrainConfig) -> None:
     tmp = cfg.run_dir / "checkpoint.tmp"
-    torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, tmp)
+    torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
+                "freeze_base": cfg.freeze_base}, tmp)
     tmp.replace(cfg.run_dir / "checkpoint.pt")
     save_feat_draft(cfg.run_dir / "export", model, vocab, {"step": step, "unroll": cfg.unroll,
                                                            "init": str(cfg.init), "block_train": True})
