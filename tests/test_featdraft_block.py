@@ -178,6 +178,10 @@ def test_block_draft_is_lossless(random_lm: Any, greedy_reference: Any, seed: in
     cfg = DecodeConfig(max_new_tokens=14, draft_mode=mode, scheduler=SchedulerConfig(fixed_k=k))  # type: ignore[arg-type]
     out = SpeculativeDecoder(target).generate(prompt, config=cfg, draft=src, is_key=is_key)
     assert out.tokens == greedy_reference(target, prompt, 14)
+    # Every accepted chain token is recorded as accepted, and each round adds at most one rejection.
+    cal = out.stats.calibration
+    assert sum(a for _, a in cal) == out.stats.accepted - out.stats.alt_accepted
+    assert len(cal) - sum(a for _, a in cal) <= out.stats.target_forwards
     if mode == "parallel" and not hybrid and k > 1:
         assert out.stats.draft_steps_parallel > 0
 
@@ -251,3 +255,11 @@ def test_block_training_learns_resumes_and_exports_a_loadable_draft(tiny_models:
     assert load_feat_draft(cfg.run_dir / "export")[2]["step"] == 65
     lines = (cfg.run_dir / "log.jsonl").read_text().splitlines()
     assert [r["step"] for r in map(json.loads, lines) if "loss" in r] == [10, 20, 30, 40, 50, 60]
+
+
+def test_replay_reliability_bins_count_what_was_accepted() -> None:
+    from dspark_lsp.bench.mode_ablation import reliability_bins
+
+    rows = reliability_bins([(0.05, False), (0.95, True), (0.99, False), (0.92, True), (1.0, True)])
+    assert rows == [{"bin": 0, "count": 1, "confidence": 0.05, "accepted": 0.0},
+                    {"bin": 9, "count": 4, "confidence": 0.965, "accepted": 0.75}]

@@ -40,6 +40,7 @@ class ModeTotals:
     draft_s: float = 0.0
     verify_ms: float = 0.0
     by_language: dict[str, list[float]] = field(default_factory=dict)  # lang -> [tokens, ms]
+    calibration: list[tuple[float, bool]] = field(default_factory=list)  # (confidence, accepted) per judged token
 
     def add(self, lang: str, tokens: int, forwards: int, draft_forwards: int, draft_s: float, ms: float) -> None:
         self.tokens += tokens
@@ -61,11 +62,24 @@ class ModeTotals:
             "draft_ms": round(self.draft_s * 1000, 1),
             "est_verify_ms": round(self.verify_ms, 1),
             "est_tokens_per_s": round(1000 * self.tokens / max(total_ms, 1e-9), 2),
+            "reliability": reliability_bins(self.calibration),
             "by_language": {
                 k: {"tokens": int(v[0]), "est_tokens_per_s": round(1000 * v[0] / max(v[1], 1e-9), 2)}
                 for k, v in sorted(self.by_language.items())
             },
         }
+
+
+def reliability_bins(pairs: list[tuple[float, bool]], bins: int = 10) -> list[dict[str, float]]:
+    """Per bin of stated confidence: how many drafted tokens, their mean confidence and the share the
+    target accepted (each token judged with every earlier one of its round accepted)."""
+    rows = []
+    for k in range(bins):
+        sel = [(c, a) for c, a in pairs if min(int(c * bins), bins - 1) == k]
+        if sel:
+            rows.append({"bin": k, "count": len(sel), "confidence": round(sum(c for c, _ in sel) / len(sel), 4),
+                         "accepted": round(sum(a for _, a in sel) / len(sel), 4)})
+    return rows
 
 
 def _split_fim(prompt: list[int], fim: FimTokens) -> tuple[list[int], list[int]] | None:
@@ -140,6 +154,7 @@ def run(items: list[dict[str, Any]], tokenizer: Any, draft: DraftSource | None, 
             if res.tokens != target[: len(res.tokens)]:
                 raise RuntimeError("replayed output differs from the target's continuation")
             decode_sizes = replay.forward_sizes[1:]  # the first forward is the prefill, common to all modes
+            totals[name].calibration.extend(res.stats.calibration)
             totals[name].add(lang, len(res.tokens), res.stats.target_forwards, res.stats.draft_forwards,
                              res.stats.t_draft, estimated_ms(decode_sizes, plan.cost_ms))
     return totals

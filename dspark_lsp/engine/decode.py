@@ -448,6 +448,8 @@ class SpeculativeDecoder:
             stats.t_verify += time.perf_counter() - tv
             if proposal.tokens:
                 sched.update(len(proposal.tokens), m)
+                # Token i was judged with every earlier one accepted when i <= m (the first rejected ends it).
+                stats.calibration.extend((c, i < m) for i, c in enumerate(proposal.confidence[: m + 1]))
             stats.proposed += len(proposal.tokens)
             stats.alt_proposed += len(layout.alternates)
             stats.accepted += len(kept) - 1

@@ -29,6 +29,9 @@ class DecodeStats:
     t_verify: float = 0.0
     t_total: float = 0.0
     stop_reason: str = ""
+    # (confidence, accepted) of each drafted token the target judged with every earlier one accepted: how
+    # well the confidences predict acceptance (a confidence head's reliability, measured in decoding).
+    calibration: list[tuple[float, bool]] = field(default_factory=list)
 
     @property
     def tokens_per_forward(self) -> float:
@@ -41,6 +44,7 @@ class DecodeStats:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        d.pop("calibration")  # per-token detail for offline reports; not part of the per-call summary
         d["accepted_hist"] = {str(k): v for k, v in sorted(self.accepted_hist.items())}
         d["tokens_per_forward"] = round(self.tokens_per_forward, 3)
         d["t_other"] = self.t_other

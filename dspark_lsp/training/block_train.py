@@ -356,7 +356,19 @@ def evaluate(model: FeatDraft, emb_table: torch.Tensor, rows: list[dict[str, tor
     return out
 
 
+def inherit_untrained_steps(model: FeatDraft, cfg: BlockTrainConfig) -> None:
+    """Chain steps past those trained (AR steps >= ``unroll``, offsets >= ``block_size``) take the last
+    trained step's confidence bias instead of an untrained zero: drafting goes to k_max = 5 steps."""
+    if model.conf_step is None:
+        return
+    with torch.no_grad():
+        for kind, trained in ((0, cfg.unroll), (1, cfg.block_size)):
+            if 0 < trained < model.conf_step.shape[1]:
+                model.conf_step[kind, trained:] = model.conf_step[kind, trained - 1]
+
+
 def save(model: FeatDraft, opt: torch.optim.Optimizer, step: int, vocab: DraftVocab, cfg: BlockTrainConfig) -> None:
+    inherit_untrained_steps(model, cfg)
     tmp = cfg.run_dir / "checkpoint.tmp"
     torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
                 "freeze_base": cfg.freeze_base}, tmp)
