@@ -154,7 +154,7 @@ def test_confidence_head_sets_the_confidence_and_the_round_length(random_lm: Any
         out = SpeculativeDecoder(target).generate(prompt, config=cfg, draft=src)
         runs[bias] = out.stats.proposed / max(1, out.stats.target_forwards)
     # Sure of every token: each round drafts k_max; sure of none: only the always-kept first token.
-    assert runs[8.0] > 3.5 and runs[-8.0] <= 1.0
+    assert runs[8.0] > 3.0 and runs[-8.0] <= 1.0
 
 
 @settings(max_examples=12)
@@ -263,3 +263,15 @@ def test_replay_reliability_bins_count_what_was_accepted() -> None:
     rows = reliability_bins([(0.05, False), (0.95, True), (0.99, False), (0.92, True), (1.0, True)])
     assert rows == [{"bin": 0, "count": 1, "confidence": 0.05, "accepted": 0.0},
                     {"bin": 9, "count": 4, "confidence": 0.965, "accepted": 0.75}]
+
+
+def test_a_calibrated_token_pays_only_at_the_running_rate() -> None:
+    from dspark_lsp.engine.scheduler import ConfidenceScheduler
+
+    sched = ConfidenceScheduler(SchedulerConfig(verify_cost_ms={1: 10.0, 2: 10.0, 3: 14.0, 6: 26.0}))
+    # Token 1 adds nothing to a 1-token verify (flat to 2 rows): free, whatever its odds.
+    assert sched.pays_at_rate(1, 0.01, 0.0)
+    # Token 2 adds 4 ms; at the prior acceptance (0.6) the best draft length earns 0.16 tokens/ms,
+    # so it pays from p 0.64 on, where the forward-priced rule (pays) takes it from 0.4.
+    assert not sched.pays_at_rate(2, 0.6, 0.0) and sched.pays(2, 0.6, 0.0)
+    assert sched.pays_at_rate(2, 0.75, 0.0)

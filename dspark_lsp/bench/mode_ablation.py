@@ -106,6 +106,7 @@ class Variant:
     draft: DraftSource
     mode: str
     fixed_k: int | None = None
+    calibrated_stop: str = "cost"  # SchedulerConfig.calibrated_stop, for a draft with a confidence head
 
 
 def run(items: list[dict[str, Any]], tokenizer: Any, draft: DraftSource | None, cost: dict[int, float],
@@ -144,7 +145,8 @@ def run(items: list[dict[str, Any]], tokenizer: Any, draft: DraftSource | None, 
             cfg = DecodeConfig(
                 max_new_tokens=len(target),
                 draft_mode=v.mode,  # type: ignore[arg-type]
-                scheduler=SchedulerConfig(k_max=k_max, verify_cost_ms=plan.cost_ms, fixed_k=v.fixed_k),
+                scheduler=SchedulerConfig(k_max=k_max, verify_cost_ms=plan.cost_ms, fixed_k=v.fixed_k,
+                                          calibrated_stop=v.calibrated_stop),
                 pad_to=plan.pad_to or None,
                 alternates=alternates,
             )
@@ -173,10 +175,13 @@ def ablation_variants(where: Path, target: Any, wrap: Any) -> dict[str, Variant]
         "ar": Variant(src(**plain), "ar"),
         "ar+markov": Variant(src(use_block=False, use_confidence=False), "ar"),
         "ar+conf": Variant(src(use_block=False, use_markov=False), "ar"),
+        "ar+conf-tau": Variant(src(use_block=False, use_markov=False), "ar", calibrated_stop="tau"),
         "parallel": Variant(src(use_confidence=False), "parallel"),
         "parallel-nomarkov": Variant(src(use_markov=False, use_confidence=False), "parallel"),
         "semi": Variant(src(use_confidence=False), "semi"),
         "semi+conf": Variant(src(), "semi"),
+        "semi+conf-tau": Variant(src(), "semi", calibrated_stop="tau"),
+        "parallel+conf": Variant(src(), "parallel"),
         "fixed_k4-ar": Variant(src(**plain), "ar", 4),
     }
 

@@ -41,6 +41,10 @@ class SchedulerConfig:
     accept_rate_start: float = 0.6
     accept_rate_prior: float = 2.0
     accept_rate_decay: float = 0.9
+    # With a calibrated draft (a confidence head), how a round ends: "cost" - a token is drafted only
+    # while its probability of being reached earns at least what the verify time it adds would earn at
+    # the running rate; "tau" - the seed's rule on top (kept when its confidence is >= tau, or it pays).
+    calibrated_stop: str = "cost"
 
     def validate(self) -> None:
         if not 1 <= self.k_min <= self.k_max:
@@ -51,6 +55,8 @@ class SchedulerConfig:
             raise ValueError("need accept_rate_prior > 0 and 0 <= accept_rate_decay <= 1")
         if self.fixed_k is not None and self.fixed_k < 0:
             raise ValueError("fixed_k must be >= 0")
+        if self.calibrated_stop not in ("cost", "tau"):
+            raise ValueError("calibrated_stop must be cost or tau")
 
 
 @dataclass

@@ -108,6 +108,7 @@ class SpeculativeDecoder:
         name = str(getattr(draft, "name", "draft"))
         cum = 1.0  # the draft's own probability that every token so far is right
         calibrated = bool(getattr(draft, "calibrated", False))
+        by_cost = calibrated and sched.config.calibrated_stop == "cost"
         key_cut = False  # the last block stopped at a position already classified as key
         while len(out.tokens) < k:
             if config.draft_mode == "ar" or not draft.supports_parallel:
@@ -161,7 +162,11 @@ class SpeculativeDecoder:
                 # The first token of a round is always kept: verifying 2 tokens costs about what
                 # verifying 1 does on a memory-bound CPU, so a weak guess is nearly free. A calibrated
                 # confidence (a confidence head's) is trusted to say when even that is not worth it.
-                if conf < tau and (n > 0 or calibrated) and not sched.pays(n + 1, cum, 0.0):
+                if by_cost:
+                    if not sched.pays_at_rate(n + 1, cum, 0.0):
+                        low_confidence = True
+                        break
+                elif conf < tau and (n > 0 or calibrated) and not sched.pays(n + 1, cum, 0.0):
                     low_confidence = True
                     break
                 out.tokens.append(int(tok))
@@ -171,7 +176,12 @@ class SpeculativeDecoder:
                 if out.dists is not None:
                     out.dists.append(p.dists[i] if p.dists is not None and i < len(p.dists) else None)
                 more_ms = 0.0 if i + 1 < len(tokens) else self._draft_ms.get(name, 0.0)
-                if conf < tau and not sched.pays(n + 2, cum, more_ms):
+                if by_cost:
+                    # (The next token's own confidence is not known yet: this one's is its best guess.)
+                    if not sched.pays_at_rate(n + 2, cum * conf, more_ms):
+                        low_confidence = True
+                        break
+                elif conf < tau and not sched.pays(n + 2, cum, more_ms):
                     low_confidence = True
                     break
             if key_cut:

@@ -64,6 +64,18 @@ class ConfidenceScheduler:
         price = (draft_ms + extra) / one
         return price <= 0.02 or p_reach >= price
 
+    def pays_at_rate(self, n_draft: int, p_reach: float, draft_ms: float) -> bool:
+        """For calibrated confidences: is draft token number ``n_draft`` (1-based) worth drafting and
+        verifying? Its expected yield, ``p_reach`` tokens, must match what the time it adds (its draft
+        forward plus the verify rows it adds) would produce at the best rate the running acceptance
+        promises (expected tokens per ms of the best draft length). :meth:`pays` prices a token in
+        forwards, which undercharges it when a forward yields more than one token."""
+        if not self.config.verify_cost_ms or n_draft <= 0:
+            return p_reach >= self.tau
+        extra = max(0.0, self._cost(n_draft + 1) - self._cost(n_draft))
+        rate = max(self._value(k) for k in range(0, self.config.k_max + 1))
+        return p_reach >= (draft_ms + extra) * rate
+
     def slot_price(self, width: int) -> float | None:
         """What one more row costs a verify forward of ``width`` rows, in target forwards (None without
         a cost model: then only slots that padding would fill anyway are free)."""
