@@ -275,3 +275,18 @@ def test_a_calibrated_token_pays_only_at_the_running_rate() -> None:
     # so it pays from p 0.64 on, where the forward-priced rule (pays) takes it from 0.4.
     assert not sched.pays_at_rate(2, 0.6, 0.0) and sched.pays(2, 0.6, 0.0)
     assert sched.pays_at_rate(2, 0.75, 0.0)
+
+
+def test_platt_scaling_recovers_a_known_miscalibration() -> None:
+    from dspark_lsp.training.block_train import fit_platt, fold_platt
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(20000, generator=g)
+    labels = (torch.rand(20000, generator=g) < torch.sigmoid(2.0 * x + 1.0)).float()
+    a, b = fit_platt(x, labels)
+    assert abs(a - 2.0) < 0.15 and abs(b - 1.0) < 0.1
+    model, _ = block_draft(6)
+    h, prev = torch.randn(3, D), torch.tensor([2, 3, 4])
+    before = model.confidence_logit(h, prev, 1, 2)
+    fold_platt(model, a, b)
+    assert torch.allclose(model.confidence_logit(h, prev, 1, 2), a * before + b, atol=1e-5)

@@ -79,6 +79,9 @@ class BlockTrainConfig:
     # Train only the new parts (block inputs, Markov and confidence heads) on a frozen draft: ~3x cheaper
     # a step, and the draft's AR behaviour is kept exactly.
     freeze_base: bool = False
+    # At the end, rescale the confidence head's logit (a, b: Platt scaling) to fit the held-out shard(s):
+    # the head is trained on noisy small batches, and the decoder's cost rule wants true probabilities.
+    calibrate: bool = True
 
     @property
     def run_dir(self) -> Path:
@@ -306,7 +309,55 @@ def run(cfg: BlockTrainConfig) -> None:
             last_ckpt = time.time()
         if out_of_time:
             break
+    shards.refresh()
+    if cfg.calibrate and model.conf is not None and shards.val:
+        a, b = fit_platt(*confidence_pairs(model, emb_table, shards.val, vocab, cfg))
+        fold_platt(model, a, b)
+        _write(log, {"step": step, "platt": [round(a, 4), round(b, 4)],
+                     "val": evaluate(model, emb_table, shards.val, vocab, cfg)})
+        # (The optimizer's state still fits: only the head's scale moved.)
     save(model, opt, step, vocab, cfg)
+
+
+@torch.no_grad()
+def confidence_pairs(model: FeatDraft, emb_table: torch.Tensor, rows: list[dict[str, torch.Tensor]],
+                     vocab: DraftVocab, cfg: BlockTrainConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """The confidence head's logits and the accepted flags on ``rows`` (anchors as in :func:`evaluate`)."""
+    model.eval()
+    rng = random.Random(12345)
+    logits, labels = [], []
+    for i in range(0, len(rows), cfg.batch_size):
+        batch = make_batch(rows[i : i + cfg.batch_size], vocab)
+        n = batch["tokens"].shape[1] - 1
+        parts = batch_parts(model, emb_table, batch, vocab, cfg.unroll,
+                            pick_anchors(n, cfg.anchor_share, cfg.block_size, rng))
+        logits += parts.conf_logit
+        labels += parts.conf_label
+    return torch.cat(logits).float(), torch.cat(labels).float()
+
+
+def fit_platt(logits: torch.Tensor, labels: torch.Tensor) -> tuple[float, float]:
+    """(a, b) minimising the log loss of sigmoid(a * logit + b) on the given pairs."""
+    a = torch.ones((), requires_grad=True)
+    b = torch.zeros((), requires_grad=True)
+    opt = torch.optim.LBFGS([a, b], lr=0.5, max_iter=200)
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        loss = F.binary_cross_entropy_with_logits(a * logits + b, labels)
+        loss.backward()
+        return loss
+
+    opt.step(closure)  # type: ignore[no-untyped-call]
+    return float(a.detach()), float(b.detach())
+
+
+def fold_platt(model: FeatDraft, a: float, b: float) -> None:
+    """Make the head compute ``a * logit + b`` itself."""
+    assert model.conf is not None and model.conf_step is not None
+    with torch.no_grad():
+        model.conf.mul_(a)
+        model.conf_step.mul_(a).add_(b)
 
 
 def _loss(parts: Parts, cfg: BlockTrainConfig) -> torch.Tensor:
