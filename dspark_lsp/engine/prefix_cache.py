@@ -36,16 +36,41 @@ class _Entry:
     ids: list[int]
     cache: DynamicCache
     features: Features | None = None
+    held: int = 0  # held_bytes when stored (taking an entry out is the only way its buffers change)
+
+
+# Bytes the stored entries may hold, buffers and features included. A cropped entry keeps its whole
+# buffer (kv.PreallocatedLayer grows by doubling and crops by moving its length), so the token bound alone
+# undercounts: 4 entries of the default target's 2,048-token bound are ~50 MB of keys and values by their
+# length, up to twice that by their buffers.
+MAX_BYTES = 256 << 20
+
+
+def held_bytes(cache: DynamicCache, features: Features | None = None) -> int:
+    """Bytes an entry keeps alive: the whole storage behind each layer's keys/values (not only the first
+    ``length`` positions its views show), plus the stored feature rows; each storage counted once."""
+    tensors: list[torch.Tensor] = []
+    for layer in getattr(cache, "layers", []):
+        # PreallocatedLayer's buffers (its keys/values are views of them), else DynamicLayer's tensors
+        tensors += [t for t in (layer.__dict__.get("_k"), layer.__dict__.get("_v")) if isinstance(t, torch.Tensor)]
+        tensors += [t for t in (getattr(layer, "keys", None), getattr(layer, "values", None)) if isinstance(t, torch.Tensor)]
+    if features is not None:
+        tensors.append(features[1])
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
+    return sum(storages.values())
 
 
 class PrefixCache:
-    """LRU of (covered ids, cache). Bounded by entry count AND total cached tokens."""
+    """LRU of (covered ids, cache). Bounded by entry count, total cached tokens AND bytes held."""
 
-    def __init__(self, max_entries: int = 4, max_tokens: int = 8192, min_reuse: int = 8) -> None:
-        if max_entries < 1 or max_tokens < 1:
+    def __init__(
+        self, max_entries: int = 4, max_tokens: int = 8192, min_reuse: int = 8, max_bytes: int = MAX_BYTES
+    ) -> None:
+        if max_entries < 1 or max_tokens < 1 or max_bytes < 1:
             raise ValueError("prefix cache bounds must be positive")
         self.max_entries = max_entries
         self.max_tokens = max_tokens
+        self.max_bytes = max_bytes
         # Reusing a handful of tokens is not worth keeping a cache alive for.
         self.min_reuse = min_reuse
         self._entries: OrderedDict[int, _Entry] = OrderedDict()
@@ -80,13 +105,20 @@ class PrefixCache:
             raise ValueError(f"cache covers {cache_len(cache)} tokens, ids has {len(ids)}")
         if len(ids) > self.max_tokens:
             return
+        held = held_bytes(cache, features)
+        if held > self.max_bytes:
+            return
         with self._lock:
-            self._entries[self._next_key] = _Entry(list(ids), cache, features)
+            self._entries[self._next_key] = _Entry(list(ids), cache, features, held)
             self._next_key += 1
             self._evict()
 
     def _evict(self) -> None:
-        while len(self._entries) > self.max_entries or self.total_tokens > self.max_tokens:
+        while (
+            len(self._entries) > self.max_entries
+            or self.total_tokens > self.max_tokens
+            or self.held_bytes > self.max_bytes
+        ):
             self._entries.popitem(last=False)
 
     def clear(self) -> None:
@@ -96,6 +128,11 @@ class PrefixCache:
     @property
     def total_tokens(self) -> int:
         return sum(len(e.ids) for e in self._entries.values())
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes the entries keep alive (their whole buffers and features): what max_bytes bounds."""
+        return sum(e.held for e in self._entries.values())
 
     @property
     def nbytes(self) -> int:

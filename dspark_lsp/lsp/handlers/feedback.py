@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,10 @@ log = logging.getLogger(__name__)
 DID_SHOW = "textDocument/didShowCompletion"
 DID_PARTIALLY_ACCEPT = "textDocument/didPartiallyAcceptCompletion"
 DID_ACCEPT = "dspark/didAcceptCompletion"
+
+# Documents whose last shown item is remembered (for the re-show check): the least recently shown go
+# first. Unbounded, a long session (or a client sending made-up URIs) grew it by a text per document.
+LAST_SHOWN_MAX = 256
 
 
 def _field(obj: Any, name: str) -> Any:
@@ -51,14 +56,18 @@ class Feedback:
     accepted_chars: int = 0  # whole accepts count the item's length, partial ones acceptedLength
     # The last item shown per document: a client that re-shows the same item as the user types
     # through it (VS Code asks again on every keystroke) must not count it again.
-    _last_shown: dict[str, str] = field(default_factory=dict)
+    _last_shown: OrderedDict[str, str] = field(default_factory=OrderedDict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def show(self, uri: str, text: str) -> None:
         with self._lock:
             if self._last_shown.get(uri) == text:
+                self._last_shown.move_to_end(uri)
                 return
             self._last_shown[uri] = text
+            self._last_shown.move_to_end(uri)
+            while len(self._last_shown) > LAST_SHOWN_MAX:
+                self._last_shown.popitem(last=False)
             self.shown += 1
             self.shown_chars += len(text)
 
