@@ -23,7 +23,7 @@ def trained_draft_dir(spec: str) -> Path | None:
     return where if (where / CONFIG).is_file() or is_feat_draft_dir(where) else None
 
 
-def load_trained_draft(where: Path, target: Any | None, **use: bool) -> DraftSource:
+def load_trained_draft(where: Path, target: Any | None, **use: bool | None) -> DraftSource:
     """Load the draft in ``where`` (see :func:`trained_draft_dir`); a feature draft needs ``target``.
     ``use``: which of a feature draft's parts to use (featdraft.source.FeatureDraftSource)."""
     if is_feat_draft_dir(where):
@@ -31,9 +31,8 @@ def load_trained_draft(where: Path, target: Any | None, **use: bool) -> DraftSou
 
         if target is None:
             raise UserError(f"{where.name} is a feature draft: it needs the target it reads")
-        return load_feature_draft(where, target, use_block=use.get("use_block", True),
-                                  use_markov=use.get("use_markov", True),
-                                  use_confidence=use.get("use_confidence", True))
+        return load_feature_draft(where, target, use_block=use.get("use_block"), use_markov=use.get("use_markov"),
+                                  use_confidence=use.get("use_confidence"))
     from dspark_lsp.draftnet.source import load_draft
 
     return load_draft(where)

@@ -290,3 +290,16 @@ def test_platt_scaling_recovers_a_known_miscalibration() -> None:
     before = model.confidence_logit(h, prev, 1, 2)
     fold_platt(model, a, b)
     assert torch.allclose(model.confidence_logit(h, prev, 1, 2), a * before + b, atol=1e-5)
+
+
+def test_a_drafts_export_says_which_parts_it_uses(random_lm: Any, tmp_path: Path) -> None:
+    from dspark_lsp.featdraft.source import load_feature_draft
+
+    target = random_lm(0, vocab_size=16, hidden=D, layers=1)
+    model, dv = block_draft(7)
+    save_feat_draft(tmp_path / "d", model, dv, {"step": 1, "parts": {"confidence": False, "block": True}})
+    src = load_feature_draft(tmp_path / "d", target, pack="off")
+    assert src.supports_parallel and src._markov and not src.calibrated
+    assert load_feature_draft(tmp_path / "d", target, pack="off", use_confidence=True).calibrated
+    save_feat_draft(tmp_path / "e", model, dv, {"step": 1})
+    assert load_feature_draft(tmp_path / "e", target, pack="off").calibrated  # no word: every part

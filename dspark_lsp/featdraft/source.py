@@ -179,13 +179,21 @@ def draft_dtype() -> torch.dtype:
 
 def load_feature_draft(
     path: str | Path, target: Any, dtype: torch.dtype | None = None, pack: str = "auto", *,
-    use_block: bool = True, use_markov: bool = True, use_confidence: bool = True,
+    use_block: bool | None = None, use_markov: bool | None = None, use_confidence: bool | None = None,
 ) -> FeatureDraftSource:
     """Load a feature draft for ``target``; it must be the target the draft was trained on (same hidden
     size and vocabulary), since the draft reads that target's hidden states."""
     from dspark_lsp.models.packing import pack_linears
 
-    model, vocab, _meta = load_feat_draft(Path(path), dtype or draft_dtype())
+    model, vocab, meta = load_feat_draft(Path(path), dtype or draft_dtype())
+    # Which of its parts a draft uses unless told: its export says (``"parts"`` in vocab.json, set when
+    # it ships from what its ablation measured); all of them when it does not.
+    parts = meta.get("parts")
+    default = parts if isinstance(parts, dict) else {}
+
+    def part(name: str, given: bool | None) -> bool:
+        return bool(default.get(name, True)) if given is None else given
+
     hidden = int(getattr(target.config, "hidden_size", -1))
     vocab_size = int(getattr(target.config, "vocab_size", -1))
     if hidden != model.cfg.d_model or vocab_size != vocab.target_vocab_size:
@@ -199,7 +207,8 @@ def load_feature_draft(
     if device.type == "cpu" and not _quantize(model):
         pack_linears(model, pack)
     return FeatureDraftSource(model, vocab, target.get_input_embeddings(), name=Path(str(path)).name,
-                              use_block=use_block, use_markov=use_markov, use_confidence=use_confidence)
+                              use_block=part("block", use_block), use_markov=part("markov", use_markov),
+                              use_confidence=part("confidence", use_confidence))
 
 
 def _quantize(model: FeatDraft) -> bool:
