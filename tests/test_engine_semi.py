@@ -124,3 +124,16 @@ def test_engine_continuations_are_the_targets_greedy_tokens(tiny_models: Any, ti
     for it, (_, p) in zip(items, prompts, strict=True):
         want = greedy_reference(tiny_target, p, 6)
         assert it["target"][: len(want)] == want
+
+
+def test_recalibration_pairs_come_from_the_replayed_rounds(tiny_tokenizer: Any) -> None:
+    from dspark_lsp.engine.ngram import NgramDraftSource
+    from dspark_lsp.training.recalibrate import replay_pairs
+
+    text = "<|fim_prefix|>a = [1, 2, 3, 4, 5, 6]\nb = [1, 2, 3, 4, 5, 6]\nc = [<|fim_suffix|>\n<|fim_middle|>"
+    prompt = tiny_tokenizer(text)["input_ids"]
+    target = tiny_tokenizer("1, 2, 4]\n")["input_ids"]
+    item = {"prompt": prompt, "target": target, "language": "python"}
+    pairs = replay_pairs(NgramDraftSource(), [item], tiny_tokenizer, [], {1: 10.0, 8: 10.0}, ("ar", "semi"))
+    assert pairs and all(0.0 < c <= 1.0 for c, _ in pairs)
+    assert any(ok for _, ok in pairs) and not all(ok for _, ok in pairs)  # "1, 2," lands, " 3" does not
