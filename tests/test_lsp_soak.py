@@ -172,6 +172,20 @@ def test_short_soak_samples_rss_and_fills_every_window(short_soak: soak.SoakRepo
     assert sum(w["requests"] for w in r.windows) == r.requests
 
 
+@pytest.mark.timeout(300)
+def test_short_soak_server_trims_the_heap_after_completions(short_soak: soak.SoakReport) -> None:
+    """lsp/memory.py is on in the real server process: it ran malloc_trim after its completions (the
+    environment did not turn it off), and the soak reports it."""
+    from dspark_lsp.lsp import memory
+
+    if not memory.enabled():
+        pytest.skip("no glibc malloc_trim here")
+    trim = short_soak.server_counters["malloc_trim"]
+    assert trim["enabled"] is True
+    assert 1 <= trim["trims"] <= short_soak.requests  # at most one per request, and some ran
+    assert trim["ms"] >= 0
+
+
 def test_outputs_without_matplotlib_say_the_plot_was_skipped(
     short_soak: soak.SoakReport, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -525,6 +525,8 @@ def run_soak(cfg: SoakConfig) -> SoakReport:
                 stats = client.request("dspark/stats", {}).result(timeout=60)
                 counters = dict(stats.get("counters", {}))
                 counters["documents_open_at_end"] = stats.get("documents")
+                if "mallocTrim" in stats:  # lsp/memory.py: on or off, how often, its total time
+                    counters["malloc_trim"] = stats["mallocTrim"]
             except Exception:
                 alive = client.proc.poll() is None
     finally:

@@ -46,6 +46,10 @@ class SerialExecutor(Executor):
             self._jobs.put((future, fn, args, kwargs))
             return future
 
+    def queued(self) -> int:
+        """Jobs submitted and not yet started (approximate while others submit)."""
+        return self._jobs.qsize()
+
     def _loop(self) -> None:
         while True:
             item = self._jobs.get()

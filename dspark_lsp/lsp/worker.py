@@ -17,11 +17,12 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import Any
 
 from dspark_lsp.errors import UserError
+from dspark_lsp.lsp import memory
 from dspark_lsp.lsp.loader import ModelManager
 
 log = logging.getLogger(__name__)
@@ -159,8 +160,13 @@ class CompletionWorker:
         except UserError as exc:
             log.warning("cannot complete: %s", exc)
             return Outcome("error", detail=str(exc))
-        loop = asyncio.get_running_loop()
-        result = await loop.run_in_executor(self._executor, _complete, service, request, cancellation.event)
+        job = self._executor.submit(_complete, service, request, cancellation.event)
+        answer = asyncio.wrap_future(job)  # first: the loop hears of the result before the trim runs
+        if memory.enabled():
+            # On the job's end, not on this coroutine's: a request the editor cancelled ($/cancelRequest,
+            # this task cancelled) still ran its prefill. Under load nearly every request ends so.
+            job.add_done_callback(self._release_memory)
+        result = await answer
         if isinstance(result, Outcome):
             return result
         if cancellation.cancelled or getattr(result, "cancelled", False):
@@ -168,11 +174,29 @@ class CompletionWorker:
         text = getattr(result, "text", "") or ""
         return Outcome("ok" if text else "empty", text=text, result=result)
 
+    def _release_memory(self, job: Future[Any]) -> None:
+        """When a completion job that ran the model ends (worker thread): queue malloc_trim behind it
+        (memory.py). It runs after the answer went to the loop, and only if no other job waits."""
+        if job.cancelled() or job.exception() is not None:
+            return
+        result = job.result()
+        if getattr(result, "from_cache", False) or (isinstance(result, Outcome) and result.status == "superseded"):
+            return  # typed through a shown completion, or never started: the model did not run
+        try:
+            self._executor.submit(_trim_when_idle, self._executor)
+        except RuntimeError:  # shut down meanwhile
+            pass
+
     def stats(self) -> dict[str, Any]:
         return {
             "counters": dict(self.counters),
             "requests": [r.as_dict() for r in self.records],
             "peakRssKb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+            "mallocTrim": {
+                "enabled": memory.enabled(),
+                "trims": memory.totals["trims"],
+                "ms": round(memory.totals["seconds"] * 1000, 1),
+            },
         }
 
 
@@ -186,6 +210,14 @@ def _service_figures(result: Any) -> dict[str, Any]:
         if hasattr(result, name):
             figures[name] = getattr(result, name)
     return figures
+
+
+def _trim_when_idle(executor: Executor) -> None:
+    """Worker-thread body: malloc_trim unless a job waits (the next completion goes first; it trims too)."""
+    queued = getattr(executor, "queued", None)
+    if queued is not None and queued() > 0:
+        return
+    memory.release_free_memory()
 
 
 def _complete(service: Any, request: Any, cancel: threading.Event) -> Any:
