@@ -21,7 +21,7 @@ from dspark_lsp.service import CompletionRequest, CompletionService, ServiceConf
 from tests.openai_fake import MODEL, FakeOpenAI
 from tests.test_remote_client import closed_port
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(300)  # the session's tiny models are built inside the first test's time
 BLOCK_DOC = "def add(a, b):\n    "
 LINE_DOC = "values = [0]\nresult = add("
 

@@ -157,8 +157,6 @@ class RemoteCompletionService(CompletionService):
 
         body = self.request_body(fp.text, scope.value, req.max_new_tokens)
         answer = self.client.complete(body, cancel=cancel, on_text=on_chunk)
-        if self.served_model is None and isinstance(body.get("model"), str):
-            self.served_model = body["model"]
         full_text, _marker = self._before_marker(answer.text)
         text, cut = ("", None) if answer.cancelled else finish_text(tracker, full_text, after, scope.value)
         stats: dict[str, Any] = {
