@@ -502,7 +502,7 @@ def run_soak(cfg: SoakConfig) -> SoakReport:
                 "initializationOptions": {"dspark": dict(cfg.settings)},
             },
         )
-        init.result(timeout=60)
+        init.result(timeout=cfg.load_timeout_s)  # a starved host can take minutes to import torch
         client.notify("initialized", {})
         status = client.wait_status({"ready", "error", "disabled"}, cfg.load_timeout_s)
         if status["state"] != "ready":
