@@ -8,6 +8,17 @@ from typing import Any
 import torch
 
 
+class Embed(torch.nn.Module):
+    """A stand-in for the target's input embedding module (what a feature draft reads its tokens through)."""
+
+    def __init__(self, vocab: int, d: int) -> None:
+        super().__init__()
+        self.table = torch.nn.Embedding(vocab, d)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.table(ids)
+
+
 def write_shards(target: Any, out: Path, n_shards: int, seqs: int, length: int, vocab: int) -> None:
     from dspark_lsp.training.features import target_features
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import torch
-from featdraft_testlib import write_shards
+from featdraft_testlib import Embed, write_shards
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -64,15 +64,6 @@ def test_unrolled_training_pass_equals_cached_drafting() -> None:
             assert torch.allclose(g[0, 0], passes[s - 1][0, j], atol=1e-5), (s, j)
 
 
-class _Embed(torch.nn.Module):
-    def __init__(self, vocab: int, d: int) -> None:
-        super().__init__()
-        self.table = torch.nn.Embedding(vocab, d)
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.table(ids)
-
-
 def _fresh_proposal(model: FeatDraft, dv: DraftVocab, embed: Any, ctx: list[int], feats: torch.Tensor,
                     k: int) -> list[int]:
     src = FeatureDraftSource(model, dv, embed)
@@ -82,7 +73,7 @@ def _fresh_proposal(model: FeatDraft, dv: DraftVocab, embed: Any, ctx: list[int]
 
 def test_proposals_after_rejections_equal_a_fresh_source() -> None:
     model, dv = tiny_draft(1)
-    embed = _Embed(16, D)
+    embed = Embed(16, D)
     g = torch.Generator().manual_seed(3)
     ctx = torch.randint(0, 16, (30,), generator=g).tolist()
     feats = torch.randn(30, D, generator=g)
@@ -98,7 +89,7 @@ def test_proposals_after_rejections_equal_a_fresh_source() -> None:
 
 def test_context_past_the_features_is_chained_not_ignored() -> None:
     model, dv = tiny_draft(2)
-    embed = _Embed(16, D)
+    embed = Embed(16, D)
     ctx = list(range(12))
     feats = torch.randn(12, D)
     src = FeatureDraftSource(model, dv, embed)
@@ -112,7 +103,7 @@ def test_context_past_the_features_is_chained_not_ignored() -> None:
 
 def test_no_features_means_no_proposal() -> None:
     model, dv = tiny_draft(3)
-    src = FeatureDraftSource(model, dv, _Embed(16, D))
+    src = FeatureDraftSource(model, dv, Embed(16, D))
     assert src.propose([1, 2, 3], 3, parallel=False, tau=0.0).tokens == []
     src.set_features(5, torch.randn(2, D))  # features only for positions the context lacks
     assert src.propose([1, 2, 3], 3, parallel=False, tau=0.0).tokens == []
@@ -121,7 +112,7 @@ def test_no_features_means_no_proposal() -> None:
 def test_window_moves_in_jumps_and_stays_consistent() -> None:
     model, dv = tiny_draft(4)
     model.cfg.max_context = 8
-    embed = _Embed(16, D)
+    embed = Embed(16, D)
     ctx = [i % 16 for i in range(40)]
     feats = torch.randn(40, D)
     src = FeatureDraftSource(model, dv, embed)
@@ -185,7 +176,7 @@ def test_reserved_ids_are_never_proposed() -> None:
     model, dv = tiny_draft(7)
     with torch.no_grad():
         model.head.weight[:N_RESERVED] = 100.0  # UNK / MASK would win every argmax
-    src = FeatureDraftSource(model, dv, _Embed(16, D))
+    src = FeatureDraftSource(model, dv, Embed(16, D))
     src.set_features(0, torch.randn(5, D))
     p = src.propose([1, 2, 3, 4, 5, 6], 3, parallel=False, tau=0.0)
     assert p.tokens and all(0 <= t < 16 for t in p.tokens)
@@ -271,7 +262,7 @@ def test_replay_target_hands_its_features_to_a_feature_draft() -> None:
     model, dv = tiny_draft(10)
     seq = [i % 16 for i in range(3, 40)]
     feats = torch.randn(len(seq), D)
-    src = FeatureDraftSource(model, dv, _Embed(16, D))
+    src = FeatureDraftSource(model, dv, Embed(16, D))
     seen: list[torch.Tensor] = []
     original = src.set_features
 

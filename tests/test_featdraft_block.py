@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import torch
+from featdraft_testlib import Embed
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -38,15 +39,6 @@ def block_draft(seed: int, vocab: int = 16, block: int = 4, rank: int = 4) -> tu
         assert model.markov_out is not None
         model.markov_out.weight.normal_(std=3.0)  # a Markov head that matters (a new one starts at zero)
     return model.eval(), dv
-
-
-class _Embed(torch.nn.Module):
-    def __init__(self, vocab: int, d: int) -> None:
-        super().__init__()
-        self.table = torch.nn.Embedding(vocab, d)
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.table(ids)
 
 
 def test_block_mask_layout() -> None:
@@ -87,7 +79,7 @@ def test_block_training_rows_equal_the_cached_block_step() -> None:
 @torch.no_grad()
 def test_a_block_is_one_forward_chained_by_the_markov_head() -> None:
     model, dv = block_draft(1)
-    embed = _Embed(16, D)
+    embed = Embed(16, D)
     g = torch.Generator().manual_seed(2)
     ctx = torch.randint(0, 16, (12,), generator=g).tolist()
     feats = torch.randn(12, D, generator=g)
@@ -123,7 +115,7 @@ def test_a_block_is_one_forward_chained_by_the_markov_head() -> None:
 @torch.no_grad()
 def test_key_positions_and_chained_context_draft_autoregressively() -> None:
     model, dv = block_draft(3)
-    embed = _Embed(16, D)
+    embed = Embed(16, D)
     feats = torch.randn(12, D)
     ctx = list(range(12))
     src = FeatureDraftSource(model, dv, embed, use_confidence=False)
@@ -201,7 +193,7 @@ def test_new_parts_round_trip_and_an_old_draft_still_loads(tmp_path: Path) -> No
     (tmp_path / "old" / "feat_config.json").write_text(json.dumps(cfg))
     loaded, _, _ = load_feat_draft(tmp_path / "old")
     assert not loaded.has_block and loaded.markov_in is None and loaded.conf is None
-    src = FeatureDraftSource(loaded, dv, _Embed(16, D))
+    src = FeatureDraftSource(loaded, dv, Embed(16, D))
     assert not src.supports_parallel and not src.calibrated
 
 
