@@ -295,3 +295,27 @@ def test_a_drafts_export_says_which_parts_it_uses(random_lm: Any, tmp_path: Path
     assert load_feature_draft(tmp_path / "d", target, pack="off", use_confidence=True).calibrated
     save_feat_draft(tmp_path / "e", model, dv, {"step": 1})
     assert load_feature_draft(tmp_path / "e", target, pack="off").calibrated  # no word: every part
+
+
+def test_lookup_confidences_are_read_as_measured_acceptance_beside_a_calibrated_draft() -> None:
+    from dspark_lsp.engine.draft import Proposal
+    from dspark_lsp.engine.model_draft import LOOKUP_ACCEPTANCE
+
+    class Stub:
+        name, supports_parallel, wants_features = "stub", False, False
+
+        def __init__(self, calibrated: bool) -> None:
+            self.calibrated = calibrated
+
+        def reset(self) -> None:
+            pass
+
+        def propose(self, context: list[int], max_tokens: int, **_: Any) -> Proposal:
+            return Proposal()
+
+    ctx = [1, 2, 3, 4, 5, 9, 1, 2, 3]  # "1 2 3" seen before: the lookup proposes "4 5 ..."
+    plain = HybridDraftSource(Stub(False), NgramDraftSource()).propose(ctx, 3, parallel=True, tau=0.0)
+    cal = HybridDraftSource(Stub(True), NgramDraftSource()).propose(ctx, 3, parallel=True, tau=0.0)
+    assert plain.tokens == cal.tokens and plain.tokens[:2] == [4, 5]
+    assert cal.confidence != plain.confidence
+    assert all(c in LOOKUP_ACCEPTANCE.values() for c in cal.confidence)
