@@ -26,7 +26,7 @@ from dspark_lsp.errors import UserError
 from dspark_lsp.models.gguf_target import weights_kind
 from dspark_lsp.models.loader import DTYPES
 from dspark_lsp.models.packing import PACK_MODES, is_packed
-from dspark_lsp.prompt import build_fim_prompt, outside_window_ids
+from dspark_lsp.prompt import FimPrompt, build_fim_prompt, outside_window_ids
 from dspark_lsp.remote.config import RemoteSettings, parse_backend
 
 Progress = Callable[[str, float | None], None]
@@ -230,6 +230,20 @@ class _Shown:
     scope: str
 
 
+@dataclass
+class _Prepared:
+    """A request that needs the model (local or remote): not answered from the typed-through cache, not
+    out of scope. ``scope`` is a syntax Scope, ``tracker`` its generation tracker (syntax is imported
+    lazily, so both stay untyped here)."""
+
+    t0: float
+    before: str
+    after: str
+    scope: Any
+    fp: FimPrompt
+    tracker: Any
+
+
 class CompletionService:
     """Loaded models + decode settings. ``complete`` is blocking; call it from a worker thread."""
 
@@ -339,12 +353,9 @@ class CompletionService:
         return list(self._recent)
 
     # ---------------------------------------------------------------------------------- completion
-    def complete(
-        self,
-        req: CompletionRequest,
-        cancel: threading.Event | None = None,
-        on_text: Callable[[str], None] | None = None,
-    ) -> CompletionResult:
+    def _prepare(self, req: CompletionRequest) -> CompletionResult | _Prepared:
+        """What every backend does first: check the cursor; answer from the typed-through cache or as out
+        of scope (both recorded, returned as results); else build the FIM prompt and the syntax tracker."""
         t0 = time.perf_counter()
         if not 0 <= req.offset <= len(req.text):
             raise UserError(f"cursor offset {req.offset} is outside the document (length {len(req.text)})")
@@ -357,24 +368,27 @@ class CompletionService:
             cached.stats["latency_ms"] = round((time.perf_counter() - t0) * 1000, 2)
             self._record(req, cached)
             return cached
-
-        language = detect_language(req.path, req.language_id)
-        doc = SyntaxDocument(req.text, language)
+        doc = SyntaxDocument(req.text, detect_language(req.path, req.language_id))
         scope = decide_scope(doc, req.offset, cfg.multiline)
         if scope is Scope.NONE:
             result = CompletionResult("", "", [], scope.value, {"latency_ms": 0.0}, stop_reason="scope_none")
             self._record(req, result)
             return result
+        fp = build_fim_prompt(req.text, req.offset, self.tokenizer, self.fim, context_window=cfg.context_window,
+                              prefix_share=cfg.prefix_share)
+        return _Prepared(t0, before, after, scope, fp, doc.generation(req.offset, scope))
 
-        fp = build_fim_prompt(
-            req.text,
-            req.offset,
-            self.tokenizer,
-            self.fim,
-            context_window=cfg.context_window,
-            prefix_share=cfg.prefix_share,
-        )
-        tracker = doc.generation(req.offset, scope)
+    def complete(
+        self,
+        req: CompletionRequest,
+        cancel: threading.Event | None = None,
+        on_text: Callable[[str], None] | None = None,
+    ) -> CompletionResult:
+        prep = self._prepare(req)
+        if isinstance(prep, CompletionResult):
+            return prep
+        cfg = self.config
+        t0, before, after, scope, fp, tracker = prep.t0, prep.before, prep.after, prep.scope, prep.fp, prep.tracker
         decode_text = self._decoder_text()
 
         def is_key(ids: list[int]) -> bool:

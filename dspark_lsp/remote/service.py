@@ -17,7 +17,6 @@ from collections.abc import Callable
 from typing import Any
 
 from dspark_lsp.errors import UserError
-from dspark_lsp.prompt import build_fim_prompt
 from dspark_lsp.remote.client import BackendError, CompletionsClient
 from dspark_lsp.remote.config import RemoteSettings
 from dspark_lsp.service import (
@@ -27,7 +26,6 @@ from dspark_lsp.service import (
     Progress,
     ServiceConfig,
     _Shown,
-    decide_scope,
     finish_text,
 )
 
@@ -126,28 +124,11 @@ class RemoteCompletionService(CompletionService):
         cancel: threading.Event | None = None,
         on_text: Callable[[str], None] | None = None,
     ) -> CompletionResult:
-        t0 = time.perf_counter()
-        if not 0 <= req.offset <= len(req.text):
-            raise UserError(f"cursor offset {req.offset} is outside the document (length {len(req.text)})")
-        from dspark_lsp.syntax import Scope, SyntaxDocument, detect_language
-
+        prep = self._prepare(req)
+        if isinstance(prep, CompletionResult):
+            return prep
         cfg = self.config
-        before, after = req.text[: req.offset], req.text[req.offset :]
-        cached = self._typed_through(req.doc_key, before, after) if cfg.completion_cache else None
-        if cached is not None:
-            cached.stats["latency_ms"] = round((time.perf_counter() - t0) * 1000, 2)
-            self._record(req, cached)
-            return cached
-        doc = SyntaxDocument(req.text, detect_language(req.path, req.language_id))
-        scope = decide_scope(doc, req.offset, cfg.multiline)
-        if scope is Scope.NONE:
-            result = CompletionResult("", "", [], scope.value, {"latency_ms": 0.0}, stop_reason="scope_none")
-            self._record(req, result)
-            return result
-        fp = build_fim_prompt(
-            req.text, req.offset, self.tokenizer, self.fim, context_window=cfg.context_window, prefix_share=cfg.prefix_share
-        )
-        tracker = doc.generation(req.offset, scope)
+        t0, before, after, scope, fp, tracker = prep.t0, prep.before, prep.after, prep.scope, prep.fp, prep.tracker
 
         def on_chunk(text: str) -> bool:
             text, marker = self._before_marker(text)
