@@ -26,6 +26,7 @@ import json
 import random
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,6 @@ from dspark_lsp.training.feat_train import (
     Shards,
     load_target_tables,
     make_batch,
-    to_device,
     unroll_mask,
 )
 
@@ -217,7 +217,9 @@ def reliability(logits: torch.Tensor, labels: torch.Tensor, bins: int) -> list[d
     return rows
 
 
-def new_model(cfg: BlockTrainConfig) -> tuple[FeatDraft, DraftVocab]:
+def new_model(cfg: BlockTrainConfig) -> tuple[FeatDraft, DraftVocab, set[str]]:
+    """The draft to train (``cfg.init``'s weights plus the new parts), its vocabulary, and the names of the
+    new parts' parameters."""
     base, vocab, _ = load_feat_draft(cfg.init, torch.float32)
     net = FeatDraftConfig(**{**asdict(base.cfg), "block_size": cfg.block_size, "markov_rank": cfg.markov_rank,
                              "confidence_head": True})
@@ -228,7 +230,7 @@ def new_model(cfg: BlockTrainConfig) -> tuple[FeatDraft, DraftVocab]:
     new = {n for n, _ in model.named_parameters()} - set(base.state_dict())
     if set(missing) - new:
         raise UserError(f"{cfg.init}: lacks {sorted(set(missing) - new)}")
-    return model, vocab
+    return model, vocab, new
 
 
 def init_stand_ins(model: FeatDraft, emb_table: torch.Tensor) -> None:
@@ -243,11 +245,10 @@ def init_stand_ins(model: FeatDraft, emb_table: torch.Tensor) -> None:
 def run(cfg: BlockTrainConfig) -> None:
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
-    model, vocab = new_model(cfg)
+    model, vocab, fresh = new_model(cfg)
     emb_table, _ = load_target_tables(cfg.target, vocab)
     if model.block_in is not None:
         init_stand_ins(model, emb_table)  # (a resumed run loads its own below)
-    fresh = set(n for n, _ in model.named_parameters()) - set(load_feat_draft(cfg.init)[0].state_dict())
     base_params = [p for n, p in model.named_parameters() if n not in fresh]
     if cfg.freeze_base:
         for p in base_params:
@@ -323,14 +324,8 @@ def run(cfg: BlockTrainConfig) -> None:
 def confidence_pairs(model: FeatDraft, emb_table: torch.Tensor, rows: list[dict[str, torch.Tensor]],
                      vocab: DraftVocab, cfg: BlockTrainConfig) -> tuple[torch.Tensor, torch.Tensor]:
     """The confidence head's logits and the accepted flags on ``rows`` (anchors as in :func:`evaluate`)."""
-    model.eval()
-    rng = random.Random(12345)
     logits, labels = [], []
-    for i in range(0, len(rows), cfg.batch_size):
-        batch = make_batch(rows[i : i + cfg.batch_size], vocab)
-        n = batch["tokens"].shape[1] - 1
-        parts = batch_parts(model, emb_table, batch, vocab, cfg.unroll,
-                            pick_anchors(n, cfg.anchor_share, cfg.block_size, rng))
+    for parts in _val_parts(model, emb_table, rows, vocab, cfg):
         logits += parts.conf_logit
         labels += parts.conf_label
     return torch.cat(logits).float(), torch.cat(labels).float()
@@ -377,25 +372,28 @@ def _write(log: Any, rec: dict[str, Any]) -> None:
     print(json.dumps(rec), flush=True)
 
 
+def _val_parts(model: FeatDraft, emb_table: torch.Tensor, rows: list[dict[str, torch.Tensor]], vocab: DraftVocab,
+               cfg: BlockTrainConfig) -> Iterator[Parts]:
+    """Each held-out batch's parts, in eval mode, with the same anchors every time."""
+    model.eval()
+    rng = random.Random(12345)
+    for i in range(0, len(rows), cfg.batch_size):
+        batch = make_batch(rows[i : i + cfg.batch_size], vocab)
+        n = batch["tokens"].shape[1] - 1
+        yield batch_parts(model, emb_table, batch, vocab, cfg.unroll,
+                          pick_anchors(n, cfg.anchor_share, cfg.block_size, rng))
+
+
 @torch.no_grad()
 def evaluate(model: FeatDraft, emb_table: torch.Tensor, rows: list[dict[str, torch.Tensor]], vocab: DraftVocab,
              cfg: BlockTrainConfig) -> dict[str, Any]:
     """On the held-out shard(s): AR accuracy per pass, block chain accuracy per offset (every offset
     before it right too), and the confidence head's reliability bins."""
-    model.eval()
-    rng = random.Random(12345)  # the same anchors every evaluation
     ar = [[0, 0] for _ in range(cfg.unroll)]
     blk = [[0, 0] for _ in range(max(cfg.block_size - 1, 0))]
     logits, labels = [], []
-    for i in range(0, len(rows), cfg.batch_size):
-        batch = to_device(make_batch(rows[i : i + cfg.batch_size], vocab), "cpu")
-        n = batch["tokens"].shape[1] - 1
-        parts = batch_parts(model, emb_table, batch, vocab, cfg.unroll,
-                            pick_anchors(n, cfg.anchor_share, cfg.block_size, rng))
-        for acc, (h, c) in zip(ar, parts.ar_hits, strict=True):
-            acc[0] += h
-            acc[1] += c
-        for acc, (h, c) in zip(blk, parts.block_hits, strict=True):
+    for parts in _val_parts(model, emb_table, rows, vocab, cfg):
+        for acc, (h, c) in zip(ar + blk, parts.ar_hits + parts.block_hits, strict=True):
             acc[0] += h
             acc[1] += c
         logits += parts.conf_logit
