@@ -14,7 +14,7 @@ import torch
 
 from dspark_lsp.draftnet.io import DEFAULT_DRAFT, load_draft_net
 from dspark_lsp.draftnet.model import DraftNet, KVCache
-from dspark_lsp.draftnet.vocab import MASK_ID, DraftVocab, draft_runner_ups, pick_token
+from dspark_lsp.draftnet.vocab import MASK_ID, DraftVocab, append_pick
 from dspark_lsp.engine.draft import Proposal, window_start
 from dspark_lsp.engine.prefix_cache import common_prefix_len
 
@@ -84,13 +84,8 @@ class TrainedDraftSource:
         logits = self._sync(list(context))
         out.forwards += 1
         while True:
-            tok, p, dist = pick_token(self.vocab, logits, temperature, generator)
-            out.tokens.append(tok)
-            out.confidence.append(p)
-            if out.dists is not None and dist is not None:
-                out.dists.append(dist)
-            if out.alternates is not None:
-                out.alternates.append(draft_runner_ups(self.vocab, logits))
+            p = append_pick(out, self.vocab, logits, temperature, generator)
+            tok = out.tokens[-1]
             # Stop once the draft is unsure: a low-confidence token is still offered (verifying it is
             # nearly free), but drafting past it would mostly be wasted forwards.
             if len(out.tokens) >= max_tokens or p < tau:
@@ -121,13 +116,7 @@ class TrainedDraftSource:
         self._seen = window[:]
         out.forwards += 1
         for i in range(n):
-            tok, p, dist = pick_token(self.vocab, logits[i], temperature, generator)
-            out.tokens.append(tok)
-            out.confidence.append(p)
-            if out.dists is not None and dist is not None:
-                out.dists.append(dist)
-            if out.alternates is not None:
-                out.alternates.append(draft_runner_ups(self.vocab, logits[i]))
+            p = append_pick(out, self.vocab, logits[i], temperature, generator)
             if p < tau:
                 break
         return out

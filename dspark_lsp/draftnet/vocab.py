@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import torch
 
-from dspark_lsp.engine.draft import runner_ups
+from dspark_lsp.engine.draft import Proposal, runner_ups
 
 UNK_ID = 0
 MASK_ID = 1
@@ -64,6 +64,20 @@ def pick_token(
     dist = torch.zeros(vocab.target_vocab_size)
     dist[vocab.to_target[N_RESERVED:]] = probs[N_RESERVED:]
     return int(vocab.to_target[d]), float(probs[d]), dist
+
+
+def append_pick(out: Proposal, vocab: DraftVocab, logits: torch.Tensor, temperature: float,
+                generator: torch.Generator | None) -> float:
+    """Pick one token from draft ``logits`` (:func:`pick_token`) and append it to ``out`` with its
+    probability, its distribution when sampling and its runner-ups when greedy; returns the probability."""
+    tok, p, dist = pick_token(vocab, logits, temperature, generator)
+    out.tokens.append(tok)
+    out.confidence.append(p)
+    if out.dists is not None and dist is not None:
+        out.dists.append(dist)
+    if out.alternates is not None:
+        out.alternates.append(draft_runner_ups(vocab, logits))
+    return p
 
 
 def draft_runner_ups(vocab: DraftVocab, logits: torch.Tensor) -> list[tuple[int, float]]:

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from dspark_lsp.draftnet.vocab import DraftVocab, draft_runner_ups, pick_token
+from dspark_lsp.draftnet.vocab import DraftVocab, append_pick
 from dspark_lsp.engine.draft import Proposal, window_start
 from dspark_lsp.engine.prefix_cache import common_prefix_len
 from dspark_lsp.errors import ModelError
@@ -77,15 +77,9 @@ class FeatureDraftSource:
         prev_t = self._prev(prev)
         bias = self.model.markov(prev_t) if self._markov else None
         logits = head_logits if bias is None else head_logits + bias.to(head_logits.dtype)
-        tok, p, dist = pick_token(self.vocab, logits, temperature, generator)
+        p = append_pick(out, self.vocab, logits, temperature, generator)
         if self.calibrated:
-            p = float(torch.sigmoid(self.model.confidence_logit(g, prev_t, kind, step).float()))
-        out.tokens.append(tok)
-        out.confidence.append(p)
-        if out.dists is not None and dist is not None:
-            out.dists.append(dist)
-        if out.alternates is not None:
-            out.alternates.append(draft_runner_ups(self.vocab, logits))
+            p = out.confidence[-1] = float(torch.sigmoid(self.model.confidence_logit(g, prev_t, kind, step).float()))
         return p
 
     @torch.inference_mode()
