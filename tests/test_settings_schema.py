@@ -27,6 +27,7 @@ import pytest
 from dspark_lsp.lsp import settings_schema as schema
 from dspark_lsp.lsp.settings import LspSettings
 from dspark_lsp.lsp.settings_schema import SETTINGS, Setting
+from dspark_lsp.remote.config import KEYS as BACKEND_KEYS
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "editors" / "vscode" / "package.json"
@@ -36,6 +37,8 @@ NVIM_PLUGIN = ROOT / "editors" / "nvim"
 REGEN = "python -m dspark_lsp.lsp.settings_schema --write-vscode --write-nvim"
 # package.json entries that belong to the VS Code client alone (how to start the server, UI choices).
 VSCODE_CLIENT_ONLY = {"serverPath", "pythonPath", "serverArgs", "completionItems", "trace.server"}
+# The `backend` object's fields, declared by hand as dspark.backend.<field> (tests/test_editor_backend_settings.py).
+VSCODE_BACKEND = {f"backend.{key}" for key in BACKEND_KEYS}
 SERVICE_SETTINGS = [s for s in SETTINGS if not s.lsp_only]
 NUMERIC = [s for s in SETTINGS if s.kind in ("integer", "number")]
 # ServiceConfig.problems has no check for these: over LSP the schema's validation is the only one.
@@ -133,7 +136,7 @@ def test_vscode_configuration_is_generated_from_the_schema() -> None:
     text = PACKAGE.read_text(encoding="utf-8")
     props: dict[str, Any] = json.loads(text)["contributes"]["configuration"]["properties"]
     names = {k.removeprefix("dspark.") for k in props}
-    assert names == {s.name for s in schema.editor_settings()} | VSCODE_CLIENT_ONLY
+    assert names == {s.name for s in schema.editor_settings()} | VSCODE_CLIENT_ONLY | VSCODE_BACKEND
     for s in schema.editor_settings():
         assert props[f"dspark.{s.name}"] == schema.vscode_property(s), f"dspark.{s.name} differs: run {REGEN}"
     assert schema.vscode_package_text(text) == text, f"package.json is not as generated: run {REGEN}"

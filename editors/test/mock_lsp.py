@@ -12,6 +12,8 @@ Environment:
   DSPARK_MOCK_TEXT2  second item's text
   DSPARK_MOCK_LOG    path of the JSON-lines log of received messages
   DSPARK_MOCK_RANGE_BACK  items' ranges start this many characters before the cursor
+  DSPARK_MOCK_SHOW_MESSAGE  JSON {"type": 1-4, "message": ...}: sent as window/showMessage after
+                     `initialized`, as the real server reports settings it refuses or a load that failed
 """
 
 from __future__ import annotations
@@ -98,6 +100,8 @@ class MockServer:
                 },
             )
         elif method == "initialized":
+            if show := os.environ.get("DSPARK_MOCK_SHOW_MESSAGE"):
+                self.notify("window/showMessage", json.loads(show))
             self.notify("dspark/status", {"state": "loading", "message": "loading mock models"})
             self.notify("dspark/status", {"state": "ready", "message": "mock ready"})
         elif method == "textDocument/inlineCompletion":

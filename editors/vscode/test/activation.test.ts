@@ -49,6 +49,9 @@ before(async () => {
   fs.writeFileSync(server, `#!/bin/sh\nDSPARK_MOCK_LOG='${log}' exec python3 '${mock}' "$@"\n`, { mode: 0o755 });
   recorded.config.set("dspark.serverPath", server);
   recorded.config.set("dspark.maxNewTokens", 8);
+  recorded.config.set("dspark.backend.url", "http://gpu-box:8000");
+  recorded.config.set("dspark.backend.model", "qwen2.5-coder-0.5b");
+  recorded.config.set("dspark.backend.apiKeyEnv", "DSPARK_API_KEY");
   controller = await ext.activate(ctx);
 });
 
@@ -71,6 +74,11 @@ test("the server gets the mapped settings and the status bar follows dspark/stat
   assert.equal(opts.maxNewTokens, 8);
   assert.equal(opts.model, "default");
   assert.ok(!("serverPath" in opts));
+  // The dspark.backend.* settings arrive as the server's one `backend` object (issue 18).
+  assert.deepEqual(opts.backend, {
+    url: "http://gpu-box:8000", model: "qwen2.5-coder-0.5b", apiKeyEnv: "DSPARK_API_KEY", timeoutMs: 10000,
+    stream: true, stopTokenIds: true, extraBody: {}, tokenizer: null,
+  });
 });
 
 test("inline completion goes through vscode-languageclient to the server and back", async () => {
@@ -164,6 +172,52 @@ test("Toggle writes dspark.enable, forwards it, and stops asking", async () => {
   const asked = received().filter((m) => m.method === "textDocument/inlineCompletion").length;
   assert.equal(await provider.provideInlineCompletionItems(document, new Position(0, 0), { triggerKind: 1 }, {}), undefined);
   assert.equal(received().filter((m) => m.method === "textDocument/inlineCompletion").length, asked);
+});
+
+/** Sets `dspark.<key>` as the settings UI would: the value, then the change event VS Code fires. */
+function change(key: string, value: unknown): void {
+  const full = `dspark.${key}`;
+  recorded.config.set(full, value);
+  recorded.configChanged.fire({ affectsConfiguration: (s: string) => full === s || full.startsWith(`${s}.`) });
+}
+
+test("a dspark.backend.* change is forwarded; a bad one is a warning and the local engine", async () => {
+  const changes = (): Record<string, unknown>[] =>
+    received().filter((m) => m.method === "workspace/didChangeConfiguration").map((m) => (m.params?.settings as { dspark: Record<string, unknown> }).dspark);
+  let seen = changes().length;
+  change("backend.timeoutMs", 2500);
+  await until(() => changes().length > seen, "the forwarded backend change");
+  assert.equal((changes().at(-1)?.backend as Record<string, unknown>).timeoutMs, 2500);
+
+  recorded.messages.length = 0;
+  seen = changes().length;
+  change("backend.url", "gpu-box:8000");
+  await until(() => changes().length > seen, "the forwarded change after a bad URL");
+  assert.equal(changes().at(-1)?.backend, null);
+  assert.deepEqual(recorded.messages, [{
+    level: "warning",
+    text: 'DSpark: dspark.backend.url must be an http:// or https:// URL with a host, got "gpu-box:8000"; using the local engine',
+  }]);
+
+  seen = changes().length;
+  change("backend.url", "");
+  await until(() => changes().length > seen, "the forwarded change back to the local engine");
+  assert.equal(changes().at(-1)?.backend, null);
+  assert.equal(recorded.messages.length, 1, "an empty URL (the local engine) is no problem");
+});
+
+test("what the server refuses (window/showMessage) reaches the user", async () => {
+  // What only the server can judge, e.g. that the API key's variable is missing from its environment
+  // (the real server says so when it loads): the mock stands in for it; the restart picks up its path.
+  const refusing = path.join(tmp, "dspark-lsp-refusing");
+  const words = "DSpark: could not load the models: backend.apiKeyEnv names DSPARK_API_KEY, but that environment variable is not set";
+  const show = JSON.stringify({ type: 1, message: words });
+  fs.writeFileSync(refusing, `#!/bin/sh\nDSPARK_MOCK_SHOW_MESSAGE='${show}' exec python3 '${mock}' "$@"\n`, { mode: 0o755 });
+  recorded.messages.length = 0;
+  recorded.config.set("dspark.serverPath", refusing);
+  await recorded.commands.get("dspark.restartServer")?.();
+  await until(() => recorded.messages.length > 0, "the server's message");
+  assert.deepEqual(recorded.messages, [{ level: "error", text: words }]);
 });
 
 test("a missing server gives one error with the install hint, not a crash", async () => {
