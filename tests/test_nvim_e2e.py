@@ -219,6 +219,109 @@ def test_bad_setup_options_are_reported_not_raised(nvim: str, tmp_path: Path) ->
     assert lines[3] == "dspark: setup: unknown option 'colour'"
 
 
+BACKEND = {
+    "url": "http://gpu-box:8000",
+    "model": "qwen2.5-coder-0.5b",
+    "apiKeyEnv": "DSPARK_API_KEY",
+    "timeoutMs": 2500,
+}
+
+
+@nvim_param
+def test_backend_setting_is_forwarded_and_server_messages_are_shown(nvim: str, tmp_path: Path) -> None:
+    """Issue 18: `settings = { backend = {...} }` reaches the server at start and on a change, and what the
+    server refuses (window/showMessage) is a vim.notify at its level, not a line that scrolls away."""
+    log = tmp_path / "mock.jsonl"
+    refused = "DSpark: could not load the models: backend.apiKeyEnv names DSPARK_API_KEY, but that variable is not set"
+    r = run_nvim(
+        nvim,
+        tmp_path,
+        mock_cmd(),
+        settings={"maxNewTokens": 8, "backend": {**BACKEND, "extraBody": {"top_k": 1}}},
+        env={
+            "DSPARK_MOCK_LOG": str(log),
+            "DSPARK_MOCK_SHOW_MESSAGE": json.dumps({"type": 1, "message": refused}),
+        },
+    )
+    received = mock_log(log)
+    init = next(m for m in received if m.get("method") == "initialize")
+    sent = {**BACKEND, "extraBody": {"top_k": 1}}
+    assert init["params"]["initializationOptions"] == {"maxNewTokens": 8, "backend": sent}
+    change = [m for m in received if m.get("method") == "workspace/didChangeConfiguration"]
+    assert change[-1]["params"]["settings"]["dspark"] == {"maxNewTokens": 8, "backend": sent, "enable": False}
+    shown = [n for n in r["notifications"] if "could not load" in n["msg"]]
+    assert shown == [
+        {
+            "msg": "dspark: could not load the models: backend.apiKeyEnv names DSPARK_API_KEY, but that variable is not set",
+            "level": 4,
+        }
+    ]
+
+
+@nvim_param
+def test_backend_setting_is_checked_at_setup(nvim: str, tmp_path: Path) -> None:
+    """A bad `backend` is one clear message from setup() (which then refuses), in the server's terms; the
+    forms the server takes pass, and an empty extraBody goes out as a JSON object, not a list."""
+    out = tmp_path / "out.json"
+    script = tmp_path / "backend.lua"
+    script.write_text(
+        f'vim.opt.runtimepath:append("{PLUGIN}")\n'
+        'local cfg = require("dspark.config")\n'
+        "local function problem(backend) local _, err = cfg.resolve({ settings = { backend = backend } }); return err or vim.NIL end\n"
+        "local r = {\n"
+        '  url = problem({ url = "gpu-box:8000" }), string = problem("gpu-box:8000"), port = problem({ url = "http://h:80x" }),\n'
+        '  query = problem({ url = "http://h/v1?x=1" }), timeout = problem({ url = "http://h", timeoutMs = 50 }),\n'
+        '  key = problem({ url = "http://h", apiKeyEnv = "sk-123" }), unknown = problem({ url = "http://h", colour = 1 }),\n'
+        '  nourl = problem({ model = "m" }), number = problem(42), reserved = problem({ url = "http://h", extraBody = { prompt = "x" } }),\n'
+        '  stream = problem({ url = "http://h", stream = "yes" }), list = problem({ url = "http://h", extraBody = { 1, 2 } }),\n'
+        '  ok = { problem("http://gpu-box:8000"), problem("local"), problem(vim.NIL),\n'
+        '         problem({ url = "https://[::1]:8000/v1", model = "m", apiKeyEnv = "KEY_1", timeoutMs = 600000, stream = false,\n'
+        '                   stopTokenIds = false, extraBody = { top_k = 1 }, tokenizer = "/tok" }) },\n'
+        '  payload = vim.json.encode(cfg.payload({ backend = { url = "http://h", extraBody = {} } })),\n'
+        "}\n"
+        f'local f = io.open("{out}", "w")\n'
+        "f:write(vim.json.encode(r))\n"
+        "f:close()\n"
+        "vim.cmd('qall!')\n"
+    )
+    subprocess.run(
+        [nvim, "--headless", "-n", "-i", "NONE", "-u", "NONE", "-c", f"luafile {script}"],
+        timeout=30,
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+    )
+    r = json.loads(out.read_text())
+    assert (
+        r["url"]
+        == "server setting 'backend.url' must be an http:// or https:// URL with a host, got \"gpu-box:8000\""
+    )
+    assert (
+        r["string"]
+        == "server setting 'backend' must be an http:// or https:// URL with a host, got \"gpu-box:8000\""
+    )
+    assert r["port"].startswith("server setting 'backend.url' is not a URL")
+    assert r["query"].startswith("server setting 'backend.url' must not have a query or fragment")
+    assert (
+        r["timeout"]
+        == "server setting 'backend.timeoutMs' must be an integer in [100, 600000] (milliseconds), got 50"
+    )
+    assert r["key"].startswith(
+        "server setting 'backend.apiKeyEnv' must be the name of an environment variable"
+    )
+    assert r["unknown"].startswith(
+        "unknown backend field 'colour' (known: apiKeyEnv, extraBody, model, stopTokenIds"
+    )
+    assert r["nourl"] == "server setting 'backend' needs a url (leave `backend` out for the local engine)"
+    assert r["number"].startswith("server setting 'backend' must be a table of backend fields")
+    assert r["reserved"].startswith("server setting 'backend.extraBody' may not set prompt")
+    assert r["stream"] == "server setting 'backend.stream' must be a boolean, got \"yes\""
+    assert r["list"].startswith(
+        "server setting 'backend.extraBody' must be a table of request fields, not a list"
+    )
+    assert r["ok"] == [None, None, None, None]
+    assert json.loads(r["payload"]) == {"backend": {"url": "http://h", "extraBody": {}}}
+
+
 def _real_server_cmd() -> list[str]:
     exe = Path(sys.executable).with_name("dspark-lsp")
     if exe.exists():

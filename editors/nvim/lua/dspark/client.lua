@@ -26,6 +26,25 @@ local function on_status(_, result)
   return vim.NIL
 end
 
+-- window/showMessage from the server (settings it refused, a load that failed, a backend it cannot
+-- use) through vim.notify like the plugin's own messages: Neovim's default handler prints warnings
+-- with nvim_out_write only, where they scroll away and notification plugins never see them.
+local MESSAGE_LEVELS = {
+  [1] = vim.log.levels.ERROR,
+  [2] = vim.log.levels.WARN,
+  [3] = vim.log.levels.INFO,
+  [4] = vim.log.levels.DEBUG,
+}
+
+local function on_show_message(_, result)
+  if type(result) == "table" and type(result.message) == "string" then
+    -- "DSpark settings: ..." / "DSpark: could not load ..." -> "dspark: settings: ..." / "dspark: could not ..."
+    local text = result.message:gsub("^DSpark:?%s*", "")
+    notify(text, MESSAGE_LEVELS[result.type] or vim.log.levels.INFO)
+  end
+  return vim.NIL
+end
+
 local function root_dir(cfg)
   return cfg.root_dir or compat.uv.cwd()
 end
@@ -64,10 +83,7 @@ function M.attach(bufnr, cfg)
     set_status({ state = "error", message = err })
     return nil
   end
-  local settings = vim.deepcopy(cfg.settings)
-  if vim.tbl_isempty(settings) then
-    settings = vim.empty_dict() -- JSON {} rather than [] for an empty table
-  end
+  local settings = cfgmod.payload(cfg.settings) -- JSON {} rather than [] for empty tables
   local lsp_config = {
     name = "dspark",
     cmd = cmd,
@@ -76,7 +92,7 @@ function M.attach(bufnr, cfg)
     -- Read back by Neovim's workspace/configuration handler (section "dspark").
     settings = { dspark = settings },
     capabilities = capabilities(),
-    handlers = { ["dspark/status"] = on_status },
+    handlers = { ["dspark/status"] = on_status, ["window/showMessage"] = on_show_message },
     flags = { debounce_text_changes = 20 },
     on_exit = function(code, signal)
       vim.schedule(function()
@@ -120,6 +136,7 @@ end
 function M.update_settings(settings)
   local client = M.client()
   if client then
+    settings = cfgmod.payload(settings)
     client.config.settings = { dspark = settings }
     compat.notify(client, "workspace/didChangeConfiguration", { settings = { dspark = settings } })
   end
