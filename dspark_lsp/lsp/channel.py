@@ -29,6 +29,17 @@ SESSION_CHANNEL: contextvars.ContextVar[Channel | None] = contextvars.ContextVar
     "dspark_session_channel", default=None
 )
 
+# Set while this thread is inside a send to the client. Sending logs by itself: pygls' write-error path,
+# our "not sending after exit", a failed send's own debug line. Those records, forwarded as logMessage,
+# sent again, logged again... recursed until RecursionError, every `exit` at --log-level debug (issue 19).
+# ClientLogHandler skips the client for a record made during a send; stderr and the log file keep it.
+_SENDING = threading.local()
+
+
+def sending_to_client() -> bool:
+    """True while the current thread is inside a send to the client (see `_SENDING`)."""
+    return bool(getattr(_SENDING, "active", False))
+
 
 class Channel:
     def __init__(self, server: LanguageServer) -> None:
@@ -59,10 +70,18 @@ class Channel:
     def _safe(self, fn: Any, *args: Any) -> None:
         if self.closed:
             return
+        outer = sending_to_client()
+        _SENDING.active = True
         try:
             fn(*args)
+        except (BrokenPipeError, ConnectionError) as exc:
+            # The client's end is gone: later messages are dropped here instead of failing one by one.
+            self.closed = True
+            log.debug("the client's end is closed (%s); no more messages are sent to it", exc)
         except Exception:  # a message we cannot send must never take a worker down
             log.debug("could not send a message to the client", exc_info=True)
+        finally:
+            _SENDING.active = outer
 
     # -- plain messages --------------------------------------------------------------------------
     def notify(self, method: str, params: Any) -> None:
@@ -145,6 +164,8 @@ class ClientLogHandler(logging.Handler):
         self._channel = channel
 
     def emit(self, record: logging.LogRecord) -> None:
+        if sending_to_client():
+            return  # made by a send to the client (see _SENDING): forwarding it would recurse
         try:
             kind = next((k for lvl, k in self._LEVELS if record.levelno >= lvl), types.MessageType.Log)
             channel = SESSION_CHANNEL.get() or self._channel

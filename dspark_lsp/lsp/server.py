@@ -187,6 +187,10 @@ class DSparkProtocol(LanguageServerProtocol):
     def lsp_exit(self, *args: Any) -> Any:
         """pygls' exit calls sys.exit; a TCP session ends only its own connection (see on_exit)."""
         self.exited = True
+        # Nothing goes to the client from here on (the exit handler's own log line included).
+        channel = getattr(self._server, "channel", None)
+        if isinstance(channel, Channel):
+            channel.closed = True
         if self.on_exit is None:
             yield from super().lsp_exit(*args)
             return
