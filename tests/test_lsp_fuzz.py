@@ -923,3 +923,24 @@ def test_regression_a_request_is_answered_on_the_version_it_was_sent_for(fake: W
     fake.write(request + edit, messages=2)  # one write: both arrive in one read
     items = fake.answer(1070, 10)["result"]["items"]
     assert items[0]["insertText"] == "<3|bc>", items
+
+
+def test_regression_a_second_initialize_is_refused(fake: WireClient) -> None:
+    # Before: pygls handled a second initialize like the first, and the position encoding it chose
+    # (utf-8 here) replaced the session's utf-16 mid-session: every later position was misread.
+    uri = "file:///fuzz/twice.py"
+    again = {"processId": None, "rootUri": None, "capabilities": {"general": {"positionEncodings": ["utf-8"]}}}
+    reply = fake.answer(fake.request("initialize", again), 10)
+    assert reply.get("error", {}).get("code") == -32600, reply
+    fake.notify(
+        "textDocument/didOpen",
+        {"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": "a\U0001f600b"}},
+    )
+    params = {
+        "textDocument": {"uri": uri},
+        "position": {"line": 0, "character": 3},  # after the emoji in UTF-16 (inside it in UTF-8)
+        "context": {"triggerKind": 1},
+    }
+    items = fake.answer(fake.request("textDocument/inlineCompletion", params), 10)["result"]["items"]
+    assert items[0]["range"]["start"] == {"line": 0, "character": 3}, items
+    fake.check_exactly_once()

@@ -84,6 +84,9 @@ class DSparkProtocol(LanguageServerProtocol):
         # Set by `exit`: the writer closes right after, and the answers of requests the exit cancelled
         # (pygls answers each cancelled task) must not be written to it (a traceback per request).
         self.exited = False
+        # The first `initialize` was handled; LSP allows one per session. pygls ran a second one too,
+        # and its position encoding replaced the agreed one mid-session (found by the fuzz test).
+        self.initialize_seen = False
 
     # -- one frame's body -> one message ---------------------------------------------------------
     def handle_body(self, frame: Frame) -> None:
@@ -172,6 +175,14 @@ class DSparkProtocol(LanguageServerProtocol):
             # pygls drops requests after shutdown without a reply; a client awaiting one would hang.
             self._send_raw_error(message.id, INVALID_REQUEST, "the server is shutting down")
             return
+        if getattr(message, "method", None) == types.INITIALIZE and hasattr(message, "id"):
+            if self.initialize_seen:
+                log.warning("a second initialize (id %s): refused, the session keeps its settings", message.id)
+                self._send_raw_error(
+                    message.id, INVALID_REQUEST, "initialize was already received; it may be sent only once"
+                )
+                return
+            self.initialize_seen = True
         super().handle_message(message)
 
     def _send_data(self, data: Any) -> None:
