@@ -929,7 +929,11 @@ def test_regression_a_second_initialize_is_refused(fake: WireClient) -> None:
     # Before: pygls handled a second initialize like the first, and the position encoding it chose
     # (utf-8 here) replaced the session's utf-16 mid-session: every later position was misread.
     uri = "file:///fuzz/twice.py"
-    again = {"processId": None, "rootUri": None, "capabilities": {"general": {"positionEncodings": ["utf-8"]}}}
+    again = {
+        "processId": None,
+        "rootUri": None,
+        "capabilities": {"general": {"positionEncodings": ["utf-8"]}},
+    }
     reply = fake.answer(fake.request("initialize", again), 10)
     assert reply.get("error", {}).get("code") == -32600, reply
     fake.notify(

@@ -177,7 +177,9 @@ class DSparkProtocol(LanguageServerProtocol):
             return
         if getattr(message, "method", None) == types.INITIALIZE and hasattr(message, "id"):
             if self.initialize_seen:
-                log.warning("a second initialize (id %s): refused, the session keeps its settings", message.id)
+                log.warning(
+                    "a second initialize (id %s): refused, the session keeps its settings", message.id
+                )
                 self._send_raw_error(
                     message.id, INVALID_REQUEST, "initialize was already received; it may be sent only once"
                 )
