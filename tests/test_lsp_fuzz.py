@@ -948,3 +948,16 @@ def test_regression_a_second_initialize_is_refused(fake: WireClient) -> None:
     items = fake.answer(fake.request("textDocument/inlineCompletion", params), 10)["result"]["items"]
     assert items[0]["range"]["start"] == {"line": 0, "character": 3}, items
     fake.check_exactly_once()
+
+
+def test_regression_a_request_with_a_float_id_and_bad_params_is_answered(fake: WireClient) -> None:
+    # Before: the invalid-params answer was only sent for int and str ids; a request with id 1.5 (a
+    # JSON-RPC number) and bad params was dropped and its client waited forever.
+    bad = {"textDocument": {"uri": 5}, "position": []}
+    for msg_id in (1080.5, -1081, "1082"):
+        fake.expect(msg_id)
+        fake.write(
+            frame({"jsonrpc": "2.0", "id": msg_id, "method": "textDocument/inlineCompletion", "params": bad})
+        )
+        assert fake.answer(msg_id, 10)["error"]["code"] == -32602
+    fake.check_exactly_once()

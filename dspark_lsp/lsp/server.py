@@ -144,7 +144,8 @@ class DSparkProtocol(LanguageServerProtocol):
             # pygls raises here and the request id is lost, so the client would wait forever for an
             # answer: reply with the error on the request's own id.
             msg_id = data.get("id") if isinstance(data, dict) else None
-            if isinstance(data, dict) and "method" in data and isinstance(msg_id, (int, str)):
+            # Any valid id (a float too: it was dropped here and its request never answered).
+            if isinstance(data, dict) and "method" in data and _valid_id(msg_id):
                 log.warning(
                     "invalid params for %s (id %s): answering with an error", data.get("method"), msg_id
                 )
