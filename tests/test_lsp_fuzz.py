@@ -961,3 +961,41 @@ def test_regression_a_request_with_a_float_id_and_bad_params_is_answered(fake: W
         )
         assert fake.answer(msg_id, 10)["error"]["code"] == -32602
     fake.check_exactly_once()
+
+
+class PullClient(WireClient):
+    """Answers the server's workspace/configuration pulls with `pull_reply` (a whole message body)."""
+
+    pull_reply: dict[str, Any] = {"result": [None]}
+
+    def _dispatch(self, message: dict[str, Any]) -> None:
+        if message.get("method") == "workspace/configuration" and "id" in message:
+            self.write(frame({"jsonrpc": "2.0", "id": message["id"], **self.pull_reply}))
+            return
+        super()._dispatch(message)
+
+
+def test_regression_a_malformed_answer_to_a_configuration_pull_fails_the_pull() -> None:
+    # Before: an answer whose "error" is no ResponseError object did not structure and was dropped; the
+    # server's request stayed pending forever and the didChangeConfiguration handler never finished.
+    client = PullClient([sys.executable, str(FIXTURES / "fake_server.py"), "warning"], dict(os.environ))
+    try:
+        caps = {"workspace": {"configuration": True}}
+        client.answer(client.request("initialize", {"processId": None, "capabilities": caps}), 60)
+        client.notify("initialized", {})
+        for reply in ({"error": "nope"}, {"error": {"code": "x"}}):
+            client.pull_reply = reply
+            before = len(client.notifications)
+            client.notify("workspace/didChangeConfiguration", {"settings": None})
+            client.wait_for(
+                lambda before=before: any(
+                    "workspace/configuration failed" in str(n["params"].get("message"))
+                    for n in client.notifications[before:]
+                ),
+                10,
+                f"the pull answered with {reply} to fail",
+            )
+        _stats_reply(client, client.request("dspark/stats", {}))
+        client.check_exactly_once()
+    finally:
+        client.kill()

@@ -153,6 +153,13 @@ class DSparkProtocol(LanguageServerProtocol):
                 response = error.to_response_error()
                 response.message = f"invalid params for {data.get('method')}: {exc.__cause__ or exc}"
                 self._send_response(msg_id, error=response)
+            elif isinstance(data, dict) and "method" not in data and _valid_id(msg_id):
+                # A malformed answer to one of our requests (a workspace/configuration pull): fail
+                # that request. Dropped, it stayed pending forever and its handler never finished.
+                future = self._request_futures.pop(msg_id, None)
+                log.warning("a malformed answer to request %s: %s", msg_id, exc.__cause__ or exc)
+                if future is not None and not future.done():
+                    future.set_exception(JsonRpcInternalError(f"malformed answer: {exc.__cause__ or exc}"))
             else:
                 log.warning("dropping an undecodable message: %s", exc.__cause__ or exc)
             return _Invalid()
