@@ -143,7 +143,7 @@ class DSparkProtocol(LanguageServerProtocol):
         except JsonRpcException as exc:
             # pygls raises here and the request id is lost, so the client would wait forever for an
             # answer: reply with the error on the request's own id.
-            msg_id = data.get("id") if isinstance(data, dict) else None
+            msg_id: Any = data.get("id") if isinstance(data, dict) else None
             # Any valid id (a float too: it was dropped here and its request never answered).
             if isinstance(data, dict) and "method" in data and _valid_id(msg_id):
                 log.warning(
