@@ -999,3 +999,27 @@ def test_regression_a_malformed_answer_to_a_configuration_pull_fails_the_pull() 
         client.check_exactly_once()
     finally:
         client.kill()
+
+
+def test_regression_a_request_nested_too_deeply_is_answered_on_its_id(fake: WireClient) -> None:
+    # Before: valid JSON nested deeper than json.loads recurses (params of 5,000 arrays) got a parse
+    # error with id null only; the request itself was never answered. Its id is read from the top level
+    # (an "id" inside params is not taken for it), whatever the key order.
+    deep = "[" * 5000 + "]" * 5000
+    bodies = {
+        1090: '{"jsonrpc": "2.0", "id": 1090, "method": "dspark/stats", "params": {"x": ' + deep + "}}",
+        1091: '{"method": "dspark/stats", "params": {"id": 7, "x": '
+        + deep
+        + '}, "jsonrpc": "2.0", "id": 1091}',
+    }
+    for msg_id, text in bodies.items():
+        fake.expect(msg_id)
+        body = text.encode()
+        fake.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        assert fake.answer(msg_id, 10)["error"]["code"] == -32700
+    # A notification that deep has no id to answer on: one error with id null, as before.
+    body = ('{"jsonrpc": "2.0", "method": "dspark/nothing", "params": ' + deep + "}").encode()
+    fake.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    _stats_reply(fake, fake.request("dspark/stats", {}))
+    assert [e["error"]["code"] for e in fake.null_errors] == [-32700]
+    fake.check_exactly_once()

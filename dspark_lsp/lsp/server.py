@@ -106,8 +106,11 @@ class DSparkProtocol(LanguageServerProtocol):
         except (ValueError, RecursionError) as exc:
             why = frame.problem or str(exc)
             log.warning("malformed JSON from the client (%s)", why)
-            # A cut-short frame may still name its id (the cut fell after it): answer on it if so.
-            msg_id = _id_of(text) if not frame.complete else None
+            # A cut-short frame may still name its id (the cut fell after it): answer on it if so. So
+            # may JSON nested too deeply for the decoder (valid, most likely): it was answered with id
+            # null only, and its request never (found by the fuzz test).
+            deep = isinstance(exc, RecursionError)
+            msg_id = _id_of(text) if deep or not frame.complete else None
             self._send_raw_error(msg_id, PARSE_ERROR, f"Parse error: {why}")
             return
         if not frame.complete and frame.problem:
@@ -221,8 +224,9 @@ class DSparkProtocol(LanguageServerProtocol):
 
 
 def _id_of(text: str) -> Any:
-    """The id of a request whose body is damaged, when a plain `"id": <number or string>` is readable
-    before the damage; None otherwise (the error then goes out with id null, as JSON-RPC says)."""
+    """The id of a request whose body is damaged (cut short, or nested too deeply for json.loads), when
+    its top level names a "method" and a number or string "id" before the damage; None otherwise (the
+    error then goes out with id null, as JSON-RPC says)."""
     try:
         data = json.loads(text)
     except (ValueError, RecursionError):
@@ -230,13 +234,67 @@ def _id_of(text: str) -> Any:
     if isinstance(data, dict):
         value = data.get("id")
         return value if "method" in data and _valid_id(value) else None
-    match = re.search(r'"id"\s*:\s*(-?\d{1,15}(?![.\deE])|"(?:[^"\\]|\\.){0,200}")\s*,\s*"method"\s*:', text)
-    if match is None:
-        return None
-    try:
-        return json.loads(match.group(1))
-    except ValueError:
-        return None
+    return _top_level_id(text)
+
+
+# JSON tokens, enough to walk the top level: strings (an unterminated one runs to the end), punctuation,
+# and any other run (numbers, literals, junk).
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"?|[{}\[\]:,]|[^\s{}\[\]:,"]+')
+
+
+def _top_level_id(text: str) -> Any:
+    """Walk the tokens of a JSON object without building it; deeper levels are only counted, so an id
+    inside params is never taken for the request's own."""
+    depth = 0
+    state = "start"  # at depth 1: key, colon, value, after (a value; expecting , or })
+    key: Any = None
+    candidate: str | None = None
+    msg_id: Any = None
+    has_method = False
+    for match in _TOKEN.finditer(text):
+        token = match.group()
+        if depth > 1:
+            if token in ("{", "["):
+                depth += 1
+            elif token in ("}", "]"):
+                depth -= 1
+            continue
+        if state == "start":
+            if token != "{":
+                return None
+            depth, state = 1, "key"
+        elif state == "key":
+            if token == "}":
+                break
+            try:
+                key = json.loads(token)
+            except ValueError:
+                break
+            state = "colon"
+        elif state == "colon":
+            if token != ":":
+                break
+            has_method = has_method or key == "method"
+            state = "value"
+        elif state == "value":
+            if token in ("{", "["):
+                depth = 2
+            elif key == "id":
+                candidate = token
+            state = "after"
+        elif state == "after":
+            if token not in (",", "}"):
+                break
+            if candidate is not None:  # the id's token is whole: a , or } followed it
+                try:
+                    msg_id = json.loads(candidate)
+                except ValueError:
+                    return None
+                candidate = None
+            if has_method and msg_id is not None or token == "}":
+                break
+            state = "key"
+    return msg_id if has_method and _valid_id(msg_id) else None
 
 
 def _envelope_problem(data: Any) -> str | None:
