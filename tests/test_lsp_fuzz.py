@@ -1023,3 +1023,13 @@ def test_regression_a_request_nested_too_deeply_is_answered_on_its_id(fake: Wire
     _stats_reply(fake, fake.request("dspark/stats", {}))
     assert [e["error"]["code"] for e in fake.null_errors] == [-32700]
     fake.check_exactly_once()
+
+
+def test_regression_a_body_with_a_byte_order_mark_is_read(fake: WireClient) -> None:
+    # Before: json.loads refuses a leading BOM, so the request got a parse error with id null and was
+    # never answered. JSON parsers may ignore it (RFC 8259 8.1); we do.
+    body = "\ufeff".encode() + json.dumps({"jsonrpc": "2.0", "id": 1100, "method": "dspark/stats"}).encode()
+    fake.expect(1100)
+    fake.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    _stats_reply(fake, 1100)
+    assert fake.null_errors == []

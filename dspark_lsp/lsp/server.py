@@ -101,6 +101,9 @@ class DSparkProtocol(LanguageServerProtocol):
             log.warning("a message that is not UTF-8 (%s): answering with a parse error", exc)
             self._send_raw_error(msg_id, PARSE_ERROR, f"Parse error: the message is not UTF-8 ({exc.reason})")
             return
+        # A byte order mark before the JSON may be ignored (RFC 8259 §8.1); json.loads refuses it, and
+        # the request was answered with id null only (found by the fuzz test).
+        text = text.removeprefix("\ufeff")
         try:
             data = json.loads(text)
         except (ValueError, RecursionError) as exc:
