@@ -14,6 +14,8 @@ import os
 import re
 import sys
 import threading
+import uuid
+from concurrent.futures import Future
 from typing import Any
 
 from lsprotocol import types
@@ -87,6 +89,8 @@ class DSparkProtocol(LanguageServerProtocol):
         # The first `initialize` was handled; LSP allows one per session. pygls ran a second one too,
         # and its position encoding replaced the agreed one mid-session (found by the fuzz test).
         self.initialize_seen = False
+        # The ids of our own requests to the client still waiting for an answer.
+        self._sent_requests: set[Any] = set()
 
     # -- one frame's body -> one message ---------------------------------------------------------
     def handle_body(self, frame: Frame) -> None:
@@ -159,9 +163,16 @@ class DSparkProtocol(LanguageServerProtocol):
                 response = error.to_response_error()
                 response.message = f"invalid params for {data.get('method')}: {exc.__cause__ or exc}"
                 self._send_response(msg_id, error=response)
-            elif isinstance(data, dict) and "method" not in data and _valid_id(msg_id):
+            elif (
+                isinstance(data, dict)
+                and "method" not in data
+                and _valid_id(msg_id)
+                and msg_id in self._sent_requests
+            ):
                 # A malformed answer to one of our requests (a workspace/configuration pull): fail
                 # that request. Dropped, it stayed pending forever and its handler never finished.
+                # (pygls files the client's own running requests in the same table: only ids we
+                # sent are looked up, so an answer on the id of a client request touches nothing.)
                 future = self._request_futures.pop(msg_id, None)
                 log.warning("a malformed answer to request %s: %s", msg_id, exc.__cause__ or exc)
                 if future is not None and not future.done():
@@ -200,6 +211,19 @@ class DSparkProtocol(LanguageServerProtocol):
                 return
             self.initialize_seen = True
         super().handle_message(message)
+
+    def send_request(
+        self,
+        method: str,
+        params: Any | None = None,
+        callback: Any = None,
+        msg_id: Any = None,
+    ) -> Future[Any]:
+        msg_id = str(uuid.uuid4()) if msg_id is None else msg_id
+        self._sent_requests.add(msg_id)
+        future = super().send_request(method, params, callback, msg_id)
+        future.add_done_callback(lambda _: self._sent_requests.discard(msg_id))
+        return future
 
     def _send_data(self, data: Any) -> None:
         if self.exited:
