@@ -121,3 +121,78 @@ def test_bad_input_is_one_line_and_non_zero(
     assert out == ""
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("dspark-lsp: error:") and message in lines[0], err
+
+
+def test_reuse_copies_only_holes_whose_prompt_is_unchanged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], tiny_args: list[str]
+) -> None:
+    he = write_humaneval(tmp_path / "he", n=3)
+    base = tmp_path / "w256.json"
+    common = [*tiny_args, "--humaneval", str(he), "--sets", "single", "--limit", "3", "--json"]
+    code, out, err = _run(capsys, *common, "--context-window", "256", "--out", str(base))
+    assert code == 0, err
+    # Drop one hole from the saved run: it must be decoded, the other two copied.
+    saved = json.loads(base.read_text())
+    saved["problems"] = saved["problems"][1:]
+    trimmed = tmp_path / "w256-trimmed.json"
+    trimmed.write_text(json.dumps(saved))
+
+    # A window every prompt already fits: the prompts are the same token ids, so the holes are copied.
+    code, out, err = _run(capsys, *common, "--context-window", "1024", "--reuse", str(trimmed))
+    assert code == 0, err
+    reused = json.loads(out)
+    assert "2 of 3 holes reused" in err
+    assert [p["reused"] for p in reused["problems"]] == [False, True, True]
+    assert reused["groups"]["humaneval-single"]["reused"] == 2
+    assert reused["settings"]["reused_from"] == str(trimmed)
+    # What decoding them at that window gives: the same texts as the copies.
+    code, out, err = _run(capsys, *common, "--context-window", "1024")
+    assert code == 0, err
+    decoded = json.loads(out)
+    assert [p["attempts"] for p in decoded["problems"]][0]["service"]["text"] == reused["problems"][0][
+        "attempts"
+    ]["service"]["text"]
+    for a, b in zip(decoded["problems"], reused["problems"], strict=True):
+        assert a["attempts"]["service"]["text"] == b["attempts"]["service"]["text"]
+        assert a["raw_ids"] == b["raw_ids"]
+
+    # A window that cuts every prompt: nothing can be copied.
+    code, out, err = _run(capsys, *common, "--context-window", "40", "--reuse", str(base))
+    assert code == 0, err
+    assert "0 of 3 holes reused" in err
+    assert not any(p["reused"] for p in json.loads(out)["problems"])
+
+    # A saved run with another budget would give other completions: refused in one line.
+    code, out, err = _run(capsys, *common, "--max-new-tokens", "4", "--reuse", str(base))
+    assert code != 0 and out == ""
+    assert err.strip().count("\n") == 0 and "its max_new_tokens is 8" in err
+
+
+def test_partial_reports_carry_their_settings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], tiny_args: list[str]
+) -> None:
+    """A stopped run's report must say how it was made, or --reuse could not trust it."""
+    he = write_humaneval(tmp_path / "he", n=6)
+    out_file = tmp_path / "r.json"
+    import dspark_lsp.evaluation.cli as cli
+
+    written: list[dict[str, Any]] = []
+    real_write = cli._write
+
+    def spy(path: str, report: dict[str, Any]) -> None:
+        written.append(json.loads(json.dumps(report)))
+        real_write(path, report)
+
+    cli._write = spy  # type: ignore[assignment]
+    try:
+        code, _out, err = _run(
+            capsys, *tiny_args, "--humaneval", str(he), "--sets", "single", "--limit", "6", "--no-ceilings",
+            "--out", str(out_file),
+        )  # fmt: skip
+    finally:
+        cli._write = real_write  # type: ignore[assignment]
+    assert code == 0, err
+    first = written[0]
+    assert first["settings"]["partial"] is True and len(first["problems"]) == 5
+    assert first["settings"]["service"]["context_window"] == 256
+    assert not written[-1]["settings"].get("partial")

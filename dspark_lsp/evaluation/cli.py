@@ -72,6 +72,13 @@ def add_eval_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="no model: re-cut a saved report's raw outputs (--out of a run with ceilings) with today's "
         "scope, stop rules and clean-up, on the same problems",
     )
+    p.add_argument(
+        "--reuse",
+        default=None,
+        metavar="REPORT",
+        help="copy a saved run's records for holes whose prompt this run builds the same (e.g. a "
+        "--context-window sweep decodes only the holes the window changes)",
+    )
     p.set_defaults(func=cmd_eval)
 
 
@@ -141,22 +148,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
     run_cfg = RunConfig(
         raw_max_tokens=args.raw_max_tokens, timeout_s=args.timeout, ceilings=not args.no_ceilings
     )
-    records = []
-    t_loop = time.perf_counter()
-    for i, problem in enumerate(problems, 1):
-        rec = evaluate_problem(service, problem, run_cfg, peer)
-        records.append(rec)
-        if args.out and (i % 5 == 0 or i == len(problems)):
-            # Written as the run goes: a long run that is stopped still leaves its records.
-            _write(args.out, build_report(records, {"partial": i < len(problems)}, skipped))
-        a = rec.attempts["service"]
-        verdict = "" if a.passed is None else (" pass" if a.passed else " fail")
-        elapsed = time.perf_counter() - t_loop
-        eta = elapsed / i * (len(problems) - i)
-        log(
-            f"[{i}/{len(problems)}] {problem.set} {problem.id}: {rec.scope}{verdict} ES {a.similarity:.2f} "
-            f"{(a.latency_ms or 0) / 1000:.1f} s (ETA {eta / 60:.1f} min)"
-        )
     settings: dict[str, Any] = {
         "model": service.description,
         "service": {k: v for k, v in asdict(service.config).items() if k != "SETTINGS"},
@@ -167,8 +158,39 @@ def cmd_eval(args: argparse.Namespace) -> int:
         "seed": args.seed,
         "raw_max_tokens": args.raw_max_tokens,
         "threads": args.threads,
-        "seconds": round(time.perf_counter() - t_start, 1),
     }
+    saved = None
+    if args.reuse:
+        from dspark_lsp.evaluation.reuse import check_compatible, load_saved
+
+        saved = load_saved(args.reuse)
+        check_compatible(saved, settings["service"], args.raw_max_tokens)
+        settings["reused_from"] = args.reuse
+    records = []
+    t_loop = time.perf_counter()
+    decoded = 0
+    for i, problem in enumerate(problems, 1):
+        rec = _reused(saved, problem, service)
+        if rec is None:
+            rec = evaluate_problem(service, problem, run_cfg, peer)
+            decoded += 1
+        records.append(rec)
+        if args.out and (i % 5 == 0 or i == len(problems)):
+            # Written as the run goes (with its settings): a long run that is stopped still leaves its
+            # records, and --reuse can read them.
+            _write(args.out, build_report(records, {**settings, "partial": i < len(problems)}, skipped))
+        a = rec.attempts["service"]
+        verdict = "" if a.passed is None else (" pass" if a.passed else " fail")
+        elapsed = time.perf_counter() - t_loop
+        eta = elapsed / max(decoded, 1) * (len(problems) - i) if decoded else 0.0
+        how = "reused" if rec.reused else f"{(a.latency_ms or 0) / 1000:.1f} s"
+        log(
+            f"[{i}/{len(problems)}] {problem.set} {problem.id}: {rec.scope}{verdict} ES {a.similarity:.2f} "
+            f"{how} (ETA {eta / 60:.1f} min)"
+        )
+    settings["seconds"] = round(time.perf_counter() - t_start, 1)
+    if saved is not None:
+        log(f"{len(problems) - decoded} of {len(problems)} holes reused from {args.reuse} (same prompt)")
     report = build_report(records, settings, skipped)
     if args.out:
         _write(args.out, report)
@@ -178,6 +200,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
     else:
         print(format_table(report))
     return 0
+
+
+def _reused(saved: Any, problem: Any, service: Any) -> Any:
+    if saved is None:
+        return None
+    from dspark_lsp.evaluation.reuse import reused_record
+
+    return reused_record(saved, problem, service)
 
 
 def _write(path: str, report: dict[str, Any]) -> None:

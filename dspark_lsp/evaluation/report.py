@@ -60,12 +60,26 @@ def build_report(records: list[Record], settings: dict[str, Any], skipped: dict[
         within = [r.service_within_raw for r in recs if r.service_within_raw is not None]
         out["groups"][name] = {
             "problems": len(recs),
+            "reused": sum(r.reused for r in recs),
             "scopes": scopes,
             "service_not_within_raw": sum(not w for w in within),
             "methods": methods,
         }
     out["problems"] = [record_json(r) for r in records]
     return out
+
+
+def attempt_from_json(saved: dict[str, Any]) -> Attempt:
+    """The inverse of an attempt's entry in ``record_json``."""
+    return Attempt(
+        text=saved["text"],
+        passed=saved["passed"],
+        exact=saved["exact"],
+        similarity=saved["similarity"],
+        completion_lines=saved["lines"],
+        reference_lines=saved["reference_lines"],
+        latency_ms=saved.get("latency_ms"),
+    )
 
 
 def record_json(rec: Record) -> dict[str, Any]:
@@ -79,6 +93,7 @@ def record_json(rec: Record) -> dict[str, Any]:
         "reference": p.reference,
         "service_within_raw": rec.service_within_raw,
         "raw_ids": rec.raw_ids,
+        "reused": rec.reused,
         "attempts": {
             m: {
                 "text": a.text,

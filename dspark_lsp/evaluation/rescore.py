@@ -13,19 +13,8 @@ from typing import Any
 from dspark_lsp.errors import UserError
 from dspark_lsp.evaluation.execution import DEFAULT_TIMEOUT_S
 from dspark_lsp.evaluation.problems import Problem
-from dspark_lsp.evaluation.runner import SERVICE, Attempt, Record, check_of, judge
-
-
-def _attempt_of(saved: dict[str, Any]) -> Attempt:
-    return Attempt(
-        text=saved["text"],
-        passed=saved["passed"],
-        exact=saved["exact"],
-        similarity=saved["similarity"],
-        completion_lines=saved["lines"],
-        reference_lines=saved["reference_lines"],
-        latency_ms=saved.get("latency_ms"),
-    )
+from dspark_lsp.evaluation.report import attempt_from_json
+from dspark_lsp.evaluation.runner import SERVICE, Record, check_of, judge
 
 
 def recut(
@@ -77,7 +66,7 @@ def rescore(
         rec = Record(problem, scope, "rescored", {SERVICE: judge(problem, text, None, passed)})
         for m, a in item["attempts"].items():
             if m != SERVICE:
-                rec.attempts[m] = _attempt_of(a)
+                rec.attempts[m] = attempt_from_json(a)
         rec.raw_ids = list(item.get("raw_ids") or [])
         records.append(rec)
     return records, changed

@@ -58,6 +58,7 @@ class Record:
     # service that changed the model's output, not only where it ends.
     service_within_raw: bool | None = None
     raw_ids: list[int] = field(default_factory=list)  # the raw output's tokens (to re-cut it offline)
+    reused: bool = False  # copied from a saved run whose prompt for this hole was the same (--reuse)
 
 
 class Completer(Protocol):
