@@ -1033,3 +1033,14 @@ def test_regression_a_body_with_a_byte_order_mark_is_read(fake: WireClient) -> N
     fake.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
     _stats_reply(fake, 1100)
     assert fake.null_errors == []
+
+
+def test_regression_a_second_initialized_leaves_the_status_ready(fake: WireClient) -> None:
+    # Before: a repeated `initialized` re-ran the start-up: dspark/status went to "loading" and, the
+    # models being loaded already, nothing set it back; status bars said "loading" for good.
+    before = len(fake.notifications)
+    fake.notify("initialized", {})
+    _stats_reply(fake, fake.request("dspark/stats", {}))
+    time.sleep(1.0)  # the start-up runs on the worker thread: give a wrong one time to show
+    states = [n["params"].get("state") for n in fake.notifications[before:] if n["method"] == "dspark/status"]
+    assert "loading" not in states, states

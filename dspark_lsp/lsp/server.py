@@ -89,6 +89,8 @@ class DSparkProtocol(LanguageServerProtocol):
         # The first `initialize` was handled; LSP allows one per session. pygls ran a second one too,
         # and its position encoding replaced the agreed one mid-session (found by the fuzz test).
         self.initialize_seen = False
+        # Likewise `initialized`: a second one re-ran the start-up and left dspark/status at "loading".
+        self.initialized_seen = False
         # The ids of our own requests to the client still waiting for an answer.
         self._sent_requests: set[Any] = set()
 
@@ -210,6 +212,11 @@ class DSparkProtocol(LanguageServerProtocol):
                 )
                 return
             self.initialize_seen = True
+        if getattr(message, "method", None) == types.INITIALIZED and not hasattr(message, "id"):
+            if self.initialized_seen:
+                log.warning("a second initialized notification: ignored")
+                return
+            self.initialized_seen = True
         super().handle_message(message)
 
     def send_request(
