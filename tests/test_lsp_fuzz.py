@@ -86,6 +86,8 @@ class WireClient:
         self.messages_sent = 0
         self.next_id = 0
         self.eof = False
+        # The answer to the server's workspace/configuration pulls (a message body without jsonrpc/id).
+        self.pull_reply: dict[str, Any] = {"result": [None]}
         threading.Thread(target=self._read_loop, daemon=True).start()
 
     # -- sending -----------------------------------------------------------------------------
@@ -143,8 +145,10 @@ class WireClient:
     def _dispatch(self, message: dict[str, Any]) -> None:
         if "method" in message:
             if "id" in message:  # the server asks: progress token, configuration pull
-                result: Any = [None] if message["method"] == "workspace/configuration" else None
-                self.write(frame({"jsonrpc": "2.0", "id": message["id"], "result": result}), messages=1)
+                reply: dict[str, Any] = {"result": None}
+                if message["method"] == "workspace/configuration":
+                    reply = self.pull_reply
+                self.write(frame({"jsonrpc": "2.0", "id": message["id"], **reply}), messages=1)
             else:
                 with self._cond:
                     self.notifications.append(message)
@@ -963,22 +967,10 @@ def test_regression_a_request_with_a_float_id_and_bad_params_is_answered(fake: W
     fake.check_exactly_once()
 
 
-class PullClient(WireClient):
-    """Answers the server's workspace/configuration pulls with `pull_reply` (a whole message body)."""
-
-    pull_reply: dict[str, Any] = {"result": [None]}
-
-    def _dispatch(self, message: dict[str, Any]) -> None:
-        if message.get("method") == "workspace/configuration" and "id" in message:
-            self.write(frame({"jsonrpc": "2.0", "id": message["id"], **self.pull_reply}))
-            return
-        super()._dispatch(message)
-
-
 def test_regression_a_malformed_answer_to_a_configuration_pull_fails_the_pull() -> None:
     # Before: an answer whose "error" is no ResponseError object did not structure and was dropped; the
     # server's request stayed pending forever and the didChangeConfiguration handler never finished.
-    client = PullClient([sys.executable, str(FIXTURES / "fake_server.py"), "warning"], dict(os.environ))
+    client = WireClient([sys.executable, str(FIXTURES / "fake_server.py"), "warning"], dict(os.environ))
     try:
         caps = {"workspace": {"configuration": True}}
         client.answer(client.request("initialize", {"processId": None, "capabilities": caps}), 60)
@@ -1044,3 +1036,26 @@ def test_regression_a_second_initialized_leaves_the_status_ready(fake: WireClien
     time.sleep(1.0)  # the start-up runs on the worker thread: give a wrong one time to show
     states = [n["params"].get("state") for n in fake.notifications[before:] if n["method"] == "dspark/status"]
     assert "loading" not in states, states
+
+
+def test_regression_a_notification_sent_with_an_id_is_answered(fake: WireClient) -> None:
+    # Before: pygls structured `{"id": 7, "method": "textDocument/didOpen", ...}` as the notification,
+    # the id was lost and the client waited forever. Now an Invalid Request on its id, and not applied.
+    uri = "file:///fuzz/as-request.py"
+    item = {"uri": uri, "languageId": "python", "version": 1, "text": "abc"}
+    messages = [
+        ("textDocument/didOpen", {"textDocument": item}),
+        (
+            "textDocument/didChange",
+            {"textDocument": {"uri": uri, "version": 2}, "contentChanges": [{"text": "x"}]},
+        ),
+        ("initialized", {}),
+        ("$/cancelRequest", {"id": 1}),
+        ("workspace/didChangeConfiguration", {"settings": {"dspark": {"enable": False}}}),
+    ]
+    for method, params in messages:
+        reply = fake.answer(fake.request(method, params), 10)
+        assert reply.get("error", {}).get("code") == -32600, (method, reply)
+    text = fake.answer(fake.request("dspark/documentText", {"textDocument": {"uri": uri}}), 10)
+    assert text["result"] is None, text
+    fake.check_exactly_once()

@@ -134,6 +134,15 @@ class DSparkProtocol(LanguageServerProtocol):
                 msg_id if _valid_id(msg_id) else None, INVALID_REQUEST, f"Invalid Request: {envelope_problem}"
             )
             return
+        if "id" in data and "method" in data and self._is_notification(data["method"]):
+            # pygls structured it as the notification, dropping the id, and never answered: a client
+            # that sent it as a request waited forever (found by the fuzz test). Refused, not applied.
+            # `exit` still ends the session: a client that sends it with an id is gone either way.
+            log.warning("%s sent as a request (id %s): refused", data["method"], data["id"])
+            self._send_raw_error(
+                data["id"], INVALID_REQUEST, f"{data['method']} is a notification: it is sent without an id"
+            )
+            return
         if "method" in data and "params" not in data:
             # `params` may be omitted (JSON-RPC 2.0 §4); pygls' request types require the key.
             data = {**data, "params": None}
@@ -148,6 +157,11 @@ class DSparkProtocol(LanguageServerProtocol):
             msg_id = data.get("id")
             if "method" in data and _valid_id(msg_id) and msg_id not in self._request_futures:
                 self._send_raw_error(msg_id, JsonRpcInternalError.CODE, f"internal error: {exc}")
+
+    def _is_notification(self, method: str) -> bool:
+        """An LSP notification other than `exit` (its lsprotocol type has no id field)."""
+        fields = getattr(self.get_message_type(method), "__attrs_attrs__", None)
+        return method != types.EXIT and fields is not None and all(f.name != "id" for f in fields)
 
     def structure_message(self, data: dict[str, Any]) -> Any:
         try:
