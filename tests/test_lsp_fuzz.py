@@ -3,10 +3,15 @@ tiny random models, fed property-based sequences of messages by a raw JSON-RPC c
 
 Each hypothesis example is a run of steps drawn against the client's own model of every document:
 didOpen / didChange (random ranges, invalid ones included; CRLF, lone CR, astral characters, lone
-surrogates, huge lines, empty documents) / didClose / inline and plain completion / $/cancelRequest /
-workspace/didChangeConfiguration / dspark/stats / unknown methods / malformed frames (bad and missing
-Content-Length, truncated bodies, non-UTF-8 bytes, wrong JSON types). Invariants, checked after every
-step:
+surrogates, huge lines, empty documents) / didClose / inline and plain completion (positions out of
+range or of the wrong type) / $/cancelRequest (after, twice, before the request, of answered requests,
+with params of the wrong shape) / workspace/didChangeConfiguration (and the server's configuration
+pull, answered with wrong shapes and errors) / dspark/stats / unknown methods / LSP notifications we do
+not serve / a second initialize and initialized / notifications sent as requests and requests as
+notifications / ids JSON-RPC allows (floats, negatives, huge numbers, strings) / malformed frames (bad,
+missing, duplicated and oddly spaced Content-Length, bare LF headers, truncated bodies, non-UTF-8 bytes,
+a byte order mark, wrong JSON types) / params nested up to 60,000 levels / frames written in pieces cut
+anywhere, with pauses. Invariants, checked after every step:
 
 * every request gets exactly one answer (its result or an error, on its own id); a frame that cannot
   name its request gets exactly one error with id null, and nothing else does;
@@ -35,6 +40,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -394,33 +400,73 @@ def step_complete(data: st.DataObject, run: Run) -> None:
     text = doc.text if doc is not None else ""
     line, character = draw_position(data, text)
     bad = data.draw(st.integers(0, 19), label="bad pos?") == 0
-    if bad:
-        character = draw_bad_number(data)
+    position: dict[str, Any] = {"line": line, "character": character}
+    if bad:  # a number outside LSP's range, or no number at all: -32602 on the request's id
+        wrong: Any = data.draw(st.sampled_from([None, [], {"x": 1}]), label="wrong type")
+        position["character"] = draw_bad_number(data) if data.draw(st.booleans(), label="number?") else wrong
     inline = data.draw(st.booleans(), label="inline")
     method = "textDocument/inlineCompletion" if inline else "textDocument/completion"
     trigger = data.draw(st.sampled_from([1, 2]), label="trigger")
     params: dict[str, Any] = {
         "textDocument": {"uri": uri},
-        "position": {"line": line, "character": character},
+        "position": position,
         "context": {"triggerKind": trigger},
     }
     expected: tuple[int, int] | None = None
     lines = len(_BREAK.findall(text)) + 1
     if doc is not None and not bad and line < lines:
         expected = _position(text, _offset(text, line, character))
-    msg_id = run.client.request(method, params)
-    pending = Pending(msg_id, method, expected)
-    if bad:
-        pending.expected_start = None
-    run.pending.append(pending)
-    if data.draw(st.integers(0, 3), label="cancel?") == 0:
+    # How it is cancelled: after it is sent (0-1), twice (2), before it is sent (3: an unknown id then,
+    # ignored, so the request runs as usual), not at all.
+    cancel = data.draw(st.integers(0, 7), label="cancel?")
+    msg_id = run.client.new_id()
+    if cancel == 3:
         run.client.notify("$/cancelRequest", {"id": msg_id})
+    run.client.request(method, params, msg_id=msg_id)
+    pending = Pending(msg_id, method, expected)
+    run.pending.append(pending)
+    if cancel <= 2:
+        for _ in range(2 if cancel == 2 else 1):
+            run.client.notify("$/cancelRequest", {"id": msg_id})
         pending.cancelled = True
 
 
 def step_cancel_unknown(data: st.DataObject, run: Run) -> None:
-    target = data.draw(st.sampled_from([10**9, "nope", -5]), label="cancel id")
-    run.client.notify("$/cancelRequest", {"id": target})
+    """Cancels that match nothing running: ids never sent, a request already answered, or params of
+    the wrong shape (dropped; a string or a number as params is an Invalid Request with id null)."""
+    client = run.client
+    kind = data.draw(st.integers(0, 2), label="cancel kind")
+    if kind == 0:
+        client.notify("$/cancelRequest", {"id": data.draw(st.sampled_from([10**9, "nope", -5]), label="id")})
+    elif kind == 1:
+        with client._cond:
+            answered = sorted(i for i in client.answers if isinstance(i, int) and i > 0)
+        if answered:
+            client.notify("$/cancelRequest", {"id": data.draw(st.sampled_from(answered[-20:]), label="done")})
+    else:
+        shapes: list[Any] = [None, {}, {"id": None}, {"id": [1]}, {"id": {"a": 1}}, [1], "x", 5]
+        params = data.draw(st.sampled_from(shapes), label="cancel params")
+        client.notify("$/cancelRequest", params)
+        if isinstance(params, (str, int)):
+            run.null_errors_expected += 1
+
+
+# How the client answers the server's workspace/configuration pull: as it should, with results of the
+# wrong shape, with errors (a malformed one too), with both. None of them changes the settings: a
+# section must be an object ([{}] is one: no change from the initializationOptions).
+PULL_REPLIES: list[dict[str, Any]] = [
+    {"result": [None]},
+    {"result": [{}]},
+    {"result": []},
+    {"result": None},
+    {"result": "x"},
+    {"result": 5},
+    {"result": [[1]]},
+    {"error": {"code": -32603, "message": "no configuration here"}},
+    {"error": "nope"},
+    {"error": {"code": "x"}},
+    {"result": [None], "error": {"code": 1, "message": "both"}},
+]
 
 
 def step_configure(data: st.DataObject, run: Run) -> None:
@@ -438,7 +484,8 @@ def step_configure(data: st.DataObject, run: Run) -> None:
     shape = data.draw(st.integers(0, 5), label="shape")
     settings_payload: Any = {"dspark": section}
     if shape == 0:
-        settings_payload = None  # "pull them": this client has no workspace/configuration capability
+        settings_payload = None  # "pull them": the server asks with workspace/configuration
+        run.client.pull_reply = data.draw(st.sampled_from(PULL_REPLIES), label="pull reply")
     elif shape == 1:
         settings_payload = [section]  # not an object: ignored
     run.client.notify("workspace/didChangeConfiguration", {"settings": settings_payload})
@@ -465,11 +512,68 @@ def step_stats(data: st.DataObject, run: Run) -> None:
 def step_wrong_types(data: st.DataObject, run: Run) -> None:
     """Valid JSON that is no valid message: an error on the request's id, or one with id null."""
     client = run.client
-    kind = data.draw(st.integers(0, 9), label="wrong type")
-    msg_id = client.new_id()
+    kind = data.draw(st.integers(0, 15), label="wrong type")
+    msg_id: Any = client.new_id()
     uri = run.uris[0] if run.uris else "file:///x"
     owed_on_id = True
-    if kind == 0:
+    expect_code: int | None = None  # the error code owed on the id (None: any error)
+    if kind == 10:  # ids JSON-RPC allows but editors rarely use: answered on exactly that id
+        msg_id = data.draw(
+            st.sampled_from([msg_id + 0.5, -msg_id, 10**20 + msg_id, f"s{msg_id}\u00e9", f"{msg_id}"]),
+            label="odd id",
+        )
+        body: Any = {"jsonrpc": "2.0", "id": msg_id, "method": "dspark/stats", "params": {}}
+    elif kind == 11:  # a completion whose position or document is missing or of the wrong type
+        method = data.draw(st.sampled_from(["textDocument/inlineCompletion", "textDocument/completion"]))
+        params: dict[str, Any] = {
+            "textDocument": {"uri": uri},
+            "position": {"line": 0, "character": 0},
+            "context": {"triggerKind": 1},
+        }
+        broken = data.draw(st.sampled_from(["position", "textDocument", "line"]), label="broken")
+        if broken == "line":
+            params["position"]["line"] = data.draw(st.sampled_from([None, [0], {"n": 0}]), label="line")
+        else:
+            value = data.draw(st.sampled_from(["absent", None, [], "x"]), label="as")
+            if value == "absent":
+                del params[broken]
+            else:
+                params[broken] = value
+        body = {"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params}
+        expect_code = -32602
+    elif kind == 12:  # initialize again: refused, the session keeps its encoding and settings
+        caps = {"general": {"positionEncodings": data.draw(st.sampled_from([["utf-8"], ["utf-32"], []]))}}
+        body = {"jsonrpc": "2.0", "id": msg_id, "method": "initialize", "params": {"capabilities": caps}}
+        expect_code = -32600
+    elif kind == 13:  # a notification sent as a request: refused on its id, not applied
+        method = data.draw(
+            st.sampled_from(["textDocument/didOpen", "textDocument/didClose", "initialized", "$/setTrace"])
+        )
+        item = {"uri": uri, "languageId": "python", "version": 1, "text": "not applied"}
+        body = {"jsonrpc": "2.0", "id": msg_id, "method": method, "params": {"textDocument": item}}
+        expect_code = -32600
+    elif kind == 14:  # notifications LSP has and we do not serve, or serve once: ignored
+        method, params = data.draw(
+            st.sampled_from(
+                [
+                    ("$/setTrace", {"value": "off"}),
+                    ("textDocument/didSave", {"textDocument": {"uri": uri}}),
+                    ("textDocument/willSave", {"textDocument": {"uri": uri}, "reason": 1}),
+                    ("window/workDoneProgress/cancel", {"token": "nope"}),
+                    ("workspace/didChangeWatchedFiles", {"changes": []}),
+                    ("$/progress", {"token": 1, "value": {}}),
+                    ("initialized", {}),
+                ]
+            ),
+            label="notification",
+        )
+        body = {"jsonrpc": "2.0", "method": method, "params": params}
+        owed_on_id = False
+    elif kind == 15:  # a request method sent as a notification: run or dropped, never answered
+        method = data.draw(st.sampled_from(["dspark/stats", "dspark/documentText", "shutdown"]))
+        body = {"jsonrpc": "2.0", "method": method, "params": {"textDocument": {"uri": uri}}}
+        owed_on_id = False
+    elif kind == 0:
         body: Any = data.draw(st.sampled_from([[1, 2], 42, "text", None, [], True]), label="not an object")
         owed_on_id = False
     elif kind == 1:
@@ -515,8 +619,11 @@ def step_wrong_types(data: st.DataObject, run: Run) -> None:
         reply = client.answer(msg_id, PROBE_TIMEOUT_S)
         if kind in (6, 9):
             assert reply.get("result") is None and "error" not in reply, reply
+        elif kind == 10:
+            assert isinstance(reply.get("result"), dict) and reply["id"] == msg_id, reply
         else:
             assert "error" in reply, reply
+            assert expect_code is None or reply["error"].get("code") == expect_code, reply
     if null_expected:
         run.null_errors_expected += 1
 
@@ -525,7 +632,7 @@ def step_malformed_frame(data: st.DataObject, run: Run) -> None:
     """Broken framing, always followed at once by a well-formed probe (sent in the same write, as a
     client would): the probe must be answered, and the broken frame must cost at most one error."""
     client = run.client
-    kind = data.draw(st.integers(0, 7), label="frame kind")
+    kind = data.draw(st.integers(0, 12), label="frame kind")
     msg_id = client.new_id()
     good = json.dumps({"jsonrpc": "2.0", "id": msg_id, "method": "dspark/stats", "params": {}}).encode()
     owed_on_id = False
@@ -561,9 +668,20 @@ def step_malformed_frame(data: st.DataObject, run: Run) -> None:
         )
         bad = b"Content-Length: %d\r\n\r\n" % len(body) + body
         owed_on_id = True
-    else:  # an absurd length
+    elif kind == 7:  # an absurd length
         bad = b"Content-Length: 999999999999\r\n\r\n" + good
         null_expected = 1
+    else:  # headers written oddly but validly, or a byte order mark before the JSON: answered
+        header = {
+            8: b"Content-Length: 000%d\r\n\r\n",  # leading zeros
+            9: b"Content-Length: %d\n\n",  # bare LF line ends
+            10: b"Content-Length: %d\r\nContent-Length: %d\r\n\r\n",  # the header twice
+            11: b"Content-Length \t:  %d \r\n\r\n",  # blanks around the colon and after the number
+            12: b"Content-Length: %d\r\n\r\n",
+        }[kind]
+        body = "\ufeff".encode() + good if kind == 12 else good
+        bad = header % ((len(body),) * header.count(b"%d")) + body
+        owed_on_id = True
     if owed_on_id:
         client.expect(msg_id)
     probe_id = client.new_id()
@@ -581,6 +699,66 @@ def step_malformed_frame(data: st.DataObject, run: Run) -> None:
     run.null_errors_expected += null_expected
 
 
+def step_deep_nesting(data: st.DataObject, run: Run) -> None:
+    """Params nested 5 to 60,000 levels deep (json.loads gives up past ~1,000): a request is answered
+    on its id (its result, or a parse error when too deep), wherever "id" stands among the keys; a
+    notification too deep to read costs one error with id null."""
+    client = run.client
+    depth = data.draw(st.sampled_from([5, 300, 5_000, 60_000]), label="depth")
+    opener, closer = data.draw(st.sampled_from([("[", "]"), ('{"a":', "}")]), label="nest")
+    deep = opener * depth + "0" + closer * depth
+    as_request = data.draw(st.booleans(), label="request?")
+    msg_id = client.new_id()
+    head = '{"jsonrpc": "2.0", "method": "dspark/stats", "params": {"x": '
+    if as_request and data.draw(st.booleans(), label="id last?"):
+        text = head + deep + f'}}, "id": {msg_id}}}'
+    elif as_request:
+        text = (
+            f'{{"jsonrpc": "2.0", "id": {msg_id}, "method": "dspark/stats", "params": {{"x": ' + deep + "}}"
+        )
+    else:
+        text = '{"jsonrpc": "2.0", "method": "dspark/nothing", "params": {"x": ' + deep + "}}"
+    body = text.encode()
+    if as_request:
+        client.expect(msg_id)
+    client.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    too_deep = depth >= 5_000
+    if as_request:
+        reply = client.answer(msg_id, PROBE_TIMEOUT_S)
+        if too_deep:
+            assert reply.get("error", {}).get("code") == -32700, reply
+        else:
+            assert isinstance(reply.get("result"), dict), reply
+    elif too_deep:
+        run.null_errors_expected += 1
+
+
+def step_split_write(data: st.DataObject, run: Run) -> None:
+    """One to four requests written as one byte string cut into pieces anywhere (inside a header, a
+    multi-byte character, between frames), with pauses of 0 to 20 ms: each is answered once."""
+    client = run.client
+    ids = [client.new_id() for _ in range(data.draw(st.integers(1, 4), label="frames"))]
+    blob = b"".join(
+        frame(
+            {"jsonrpc": "2.0", "id": i, "method": "dspark/stats", "params": {"s": "\u00e9\U0001f600\u2028"}}
+        )
+        for i in ids
+    )
+    # Cuts drawn as shares of the length (the length depends on the ids: state, not data).
+    shares = data.draw(st.lists(st.integers(1, 999), max_size=8), label="cuts")
+    cuts = sorted({len(blob) * share // 1000 for share in shares} - {0})
+    pause = data.draw(st.sampled_from([0.0, 0.001, 0.02]), label="pause")
+    for i in ids:
+        client.expect(i)
+    for start, end in zip([0, *cuts], [*cuts, len(blob)], strict=True):
+        client.write(blob[start:end], messages=0)
+        if pause:
+            time.sleep(pause)
+    client.messages_sent += len(ids)
+    for i in ids:
+        assert isinstance(client.answer(i, PROBE_TIMEOUT_S).get("result"), dict)
+
+
 STEPS: list[tuple[int, Callable[[st.DataObject, Run], Any]]] = [
     (6, step_open),
     (14, step_change),
@@ -590,8 +768,10 @@ STEPS: list[tuple[int, Callable[[st.DataObject, Run], Any]]] = [
     (2, step_configure),
     (1, step_unknown),
     (1, step_stats),
-    (2, step_wrong_types),
-    (2, step_malformed_frame),
+    (3, step_wrong_types),
+    (3, step_malformed_frame),
+    (1, step_deep_nesting),
+    (1, step_split_write),
 ]
 _EDITS = (step_open, step_change, step_close)
 
@@ -651,6 +831,7 @@ class FuzzServer:
         self.examples = 0
         self.messages = 0
         self.restarts = 0
+        self.steps: Counter[str] = Counter()  # how often each step ran (the report prints it)
 
     def start(self) -> WireClient:
         env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
@@ -664,7 +845,7 @@ class FuzzServer:
             {
                 "processId": os.getpid(),
                 "rootUri": None,
-                "capabilities": {"window": {"workDoneProgress": True}},
+                "capabilities": {"window": {"workDoneProgress": True}, "workspace": {"configuration": True}},
                 "initializationOptions": options,
             },
         )
@@ -736,6 +917,7 @@ def run_example(server: FuzzServer, data: st.DataObject, max_steps: int) -> None
     for _ in range(data.draw(st.integers(1, max_steps), label="steps")):
         fn = _pick_step(data.draw(st.integers(0, sum(w for w, _ in STEPS) - 1), label="step"))
         touched = fn(data, run)
+        server.steps[fn.__name__.removeprefix("step_")] += 1
         client.alive()
         if fn in _EDITS:
             probe_mirror(run, touched)
@@ -750,7 +932,8 @@ def _report(server: FuzzServer, started: float, label: str) -> int:
     total = server.total_messages()
     print(
         f"\n{label}: {total} messages sent over {server.examples} examples in {time.monotonic() - started:.1f} s "
-        f"({server.restarts} server restarts)"
+        f"({server.restarts} server restarts)\nsteps: "
+        + ", ".join(f"{name} {n}" for name, n in server.steps.most_common())
     )
     return total
 
