@@ -1242,3 +1242,15 @@ def test_regression_a_notification_sent_with_an_id_is_answered(fake: WireClient)
     text = fake.answer(fake.request("dspark/documentText", {"textDocument": {"uri": uri}}), 10)
     assert text["result"] is None, text
     fake.check_exactly_once()
+
+
+def test_regression_an_unserved_method_is_no_internal_error_in_the_editors_log(fake: WireClient) -> None:
+    # Before: every request for a method we do not serve was answered -32601 and also logged as an
+    # "internal error" at ERROR, which went to the editor as a window/logMessage of type Error.
+    before = len(fake.notifications)
+    for method in ("dspark/noSuchThing", "textDocument/hover"):
+        params = {"textDocument": {"uri": "file:///x"}, "position": {"line": 0, "character": 0}}
+        assert fake.answer(fake.request(method, params), 10)["error"]["code"] == -32601
+    _stats_reply(fake, fake.request("dspark/stats", {}))
+    logged = [n["params"] for n in fake.notifications[before:] if n["method"] == "window/logMessage"]
+    assert not [m for m in logged if "Method Not Found" in m["message"]], logged

@@ -19,7 +19,12 @@ from concurrent.futures import Future
 from typing import Any
 
 from lsprotocol import types
-from pygls.exceptions import JsonRpcException, JsonRpcInternalError, JsonRpcInvalidParams
+from pygls.exceptions import (
+    JsonRpcException,
+    JsonRpcInternalError,
+    JsonRpcInvalidParams,
+    JsonRpcMethodNotFound,
+)
 from pygls.io_ import StdoutWriter
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
@@ -437,6 +442,11 @@ class DSparkServer(LanguageServer):
             protocol = self.protocol
             if isinstance(protocol, DSparkProtocol):
                 protocol._send_raw_error(None, PARSE_ERROR, f"Parse error: {error}")
+            return
+        if isinstance(error, JsonRpcMethodNotFound):
+            # The client got its -32601 already; a method we do not serve is no internal error (it
+            # went to the editor's log as an Error for every probe of an unserved method).
+            log.info("%s", error)
             return
         log.error("internal error (%s): %s", getattr(source, "__name__", source), error)
 
