@@ -296,7 +296,7 @@ class CompletionService:
             from dspark_lsp.remote.service import RemoteCompletionService
 
             return RemoteCompletionService.load(config, progress)
-        from dspark_lsp.models.loader import load_causal_lm
+        from dspark_lsp.models.loader import load_causal_lm, release_load_temporaries
         from dspark_lsp.models.registry import pair_for
 
         pair = pair_for(config.model, config.draft_model)
@@ -315,6 +315,7 @@ class CompletionService:
                 progress(f"loading draft {pair.draft}", 0.6)
             draft = load_draft_source(pair.draft, target, config)
         desc = f"{pair.target} + {pair.draft or pair.draft_kind}"
+        release_load_temporaries()  # the draft's load-time copies, before calibration allocates more
         if progress and config.calibrate:
             # Calibration (in __init__) times the target's forwards: seconds, more on a loaded machine;
             # "ready" before it left the status bar at 100% for half a minute.
