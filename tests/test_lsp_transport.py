@@ -6,6 +6,7 @@ import asyncio
 import json
 import socket
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -61,14 +62,17 @@ async def test_tcp_transport_serves_a_session() -> None:
         stderr=asyncio.subprocess.DEVNULL,
     )
     try:
-        for _ in range(100):
+        # Up to a minute: importing the server alone takes ~10 s at nice 19 on a loaded 2-core host
+        # (5 s was too short there).
+        deadline = time.monotonic() + 60
+        while True:
             try:
                 reader, writer = await asyncio.open_connection("127.0.0.1", port)
                 break
             except OSError:
+                if proc.returncode is not None or time.monotonic() > deadline:
+                    raise AssertionError("the server never listened") from None
                 await asyncio.sleep(0.05)
-        else:
-            raise AssertionError("the server never listened")
         writer.write(frame(INIT))
         reply = await response(reader, writer, 1)
         assert "inlineCompletionProvider" in reply["result"]["capabilities"]
