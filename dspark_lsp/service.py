@@ -403,10 +403,7 @@ class CompletionService:
                 on_text(decode_text(ids))
 
         draft = self.draft
-        lookup = lookup_of(draft)
-        if lookup is not None:
-            # Let the n-gram lookup also search the document outside the prompt window.
-            lookup.extra_corpus = outside_window_ids(req.text, req.offset, fp, self.tokenizer)
+        set_lookup_corpus(draft, lambda: outside_window_ids(req.text, req.offset, fp, self.tokenizer))
         res = self.decoder.generate(
             fp.ids,
             config=cfg.decode_config(req.max_new_tokens, self.verify_cost_ms, self.pad_to),
@@ -561,6 +558,15 @@ def _ids_covering(ids: list[int], n_chars: int, decode: Callable[[list[int]], st
         if len(decode(ids[:n])) >= n_chars:
             return ids[:n]
     return list(ids)
+
+
+def set_lookup_corpus(draft: DraftSource | None, corpus: Callable[[], list[int]]) -> None:
+    """Let the draft's n-gram lookup (if it drafts with one) also search ``corpus()``: for a completion,
+    the document outside the prompt window. ``corpus`` is called only when there is a lookup to take it.
+    The benchmarks set their drafts up through this too."""
+    lookup = lookup_of(draft)
+    if lookup is not None:
+        lookup.extra_corpus = corpus()
 
 
 def load_draft_source(spec: str, target: Any, config: ServiceConfig) -> DraftSource:

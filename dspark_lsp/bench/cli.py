@@ -4,34 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-METHODS = (
-    "target_only",
-    "target_fp32",
-    "hf_greedy",
-    "hf_assisted_heuristic",
-    "hf_assisted_constant",
-    "hf_prompt_lookup",
-    "llamacpp_greedy",
-    "llamacpp_lookup",
-    "fixed_k",
-    "dspark",
-    "dspark_chain",
-    "dspark_window_only",
-    "dspark_relaxed",
-    "draft_ar_only",
-    "draft_parallel_only",
-)
-
-
-# Our decode loop with the pair's draft: reported as skipped when the pair has none.
-DRAFT_METHODS = tuple(
-    m for m in METHODS if m not in ("target_only", "target_fp32") and not m.startswith(("hf_", "llamacpp_"))
-)
-# llama.cpp on the target's GGUF file (llama-cpp-python, an optional extra: skipped when missing).
-LLAMACPP_METHODS = ("llamacpp_greedy", "llamacpp_lookup")
-# Not run unless asked: the same draft with one part of DSpark switched off (`dspark_window_only`: the
-# n-gram lookup searches the prompt alone, not the document outside the prompt window).
-ABLATIONS = ("draft_ar_only", "draft_parallel_only", "dspark_chain", "dspark_window_only")
+from dspark_lsp.bench.methods import DEFAULT_METHODS
 
 
 def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -53,7 +26,9 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     p.add_argument("--limit", type=int, default=10, help="prompts per source")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--context-window", type=int, default=256)
-    p.add_argument("--methods", default=",".join(m for m in METHODS if m not in ABLATIONS))
+    p.add_argument(
+        "--methods", default=",".join(DEFAULT_METHODS), help="comma-separated method names (dspark_lsp/bench/methods.py); ablations run only when named"
+    )
     p.add_argument("--fixed-k", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
@@ -78,6 +53,13 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     p.add_argument("--json", dest="json_out", default=None, metavar="OUT", help="write results as JSON")
     p.add_argument("--forward-cost", action="store_true", help="also time target/draft forwards of n tokens")
     p.add_argument("--syntax", action="store_true", help="also report syntax classification cost per step")
+    _add_lsp_arguments(p)
+    p.add_argument("--cache-dir", default=None)
+    p.set_defaults(func=_run)
+
+
+def _add_lsp_arguments(p: argparse.ArgumentParser) -> None:
+    """--lsp: the typing replay through the real server, and its soak."""
     p.add_argument("--lsp", action="store_true", help="replay typing through the real server over stdio")
     p.add_argument("--lsp-file", default=None, help="file typed by the --lsp replay (default: a project source)")
     p.add_argument("--lsp-chars", type=int, default=300, help="characters typed by the --lsp replay")
@@ -113,8 +95,6 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         default=5.0,
         help="--lsp soak: RSS before this is warm-up (at most a quarter of the run)",
     )
-    p.add_argument("--cache-dir", default=None)
-    p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:

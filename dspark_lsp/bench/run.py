@@ -5,6 +5,10 @@ turn) so slow drifts of a shared machine's load hit every method alike. Every me
 for exactly ``--max-new-tokens`` tokens or until EOS, with no syntax stop, so they all produce the same
 amount of text and tokens/s compares like with like.
 
+The target, the pair's draft and our decode loop come from `CompletionService` (loaded as the server
+loads them, without its prefix cache so every method prefills every prompt); each method is a named
+preset (`bench.methods`) applied to the service's decode settings.
+
 Peers: Hugging Face's ``generate`` (``hf_*``), llama.cpp on the target's GGUF file (``llamacpp_*``, through
 the optional llama-cpp-python), and ``target_fp32``, our target-only loop on the GGUF's weights dequantized
 to fp32: the reference every method's fidelity to the file's exact arithmetic is measured against.
@@ -13,9 +17,11 @@ to fp32: the reference every method's fidelity to the file's exact arithmetic is
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,18 +30,21 @@ import torch
 
 from dspark_lsp.bench.fidelity import fidelity
 from dspark_lsp.bench.llamacpp import LlamaCppRunner, llamacpp_missing
+from dspark_lsp.bench.methods import BY_NAME, METHODS, HfMethod, LlamaCppMethod, LoopMethod, Method
 from dspark_lsp.bench.prompts import BenchPrompt, corpus_prompts, find_humaneval_dir, humaneval_prompts
 from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
 from dspark_lsp.engine.costs import calibrate_forwards, measure_verify_cost, raw_monotone
 from dspark_lsp.engine.decode import SpeculativeDecoder
 from dspark_lsp.engine.draft import DraftSource
-from dspark_lsp.engine.model_draft import HybridDraftSource, ModelDraftSource, lookup_of
+from dspark_lsp.engine.model_draft import HybridDraftSource, ModelDraftSource
 from dspark_lsp.engine.ngram import NgramDraftSource
 from dspark_lsp.errors import UserError
 from dspark_lsp.evaluation.execution import passes
 from dspark_lsp.models.gguf_target import weights_kind
 from dspark_lsp.models.loader import cpu_has_native_bf16
+from dspark_lsp.models.packing import is_packed
 from dspark_lsp.prompt import build_fim_prompt, outside_window_ids
+from dspark_lsp.service import CompletionService, ServiceConfig, set_lookup_corpus
 
 
 @dataclass
@@ -67,19 +76,64 @@ class MethodResult:
         d["seconds"] += seconds
         d["target_forwards"] += forwards
 
+    def add_output(self, out: list[int], seconds: float, forwards: int, lang: str) -> None:
+        """One prompt's decode: its tokens, wall time and target forwards."""
+        self.tokens += len(out)
+        self.seconds += seconds
+        self.target_forwards += forwards
+        self.outputs.append(out)
+        self.per_prompt_seconds.append(seconds)
+        self.add_language(lang, len(out), seconds, forwards)
+
 
 @dataclass
 class Prepared:
     prompt: BenchPrompt
     ids: list[int]
     language: str | None
-    is_key: Any
-    tracker_factory: Any
+    tracker_factory: Callable[[], Any]  # a fresh syntax generation tracker at the hole
     outside: list[int]  # the document outside the prompt window, as the server gives the n-gram lookup
 
 
-def _eos(fim: Any) -> list[int]:
-    return list(fim.eos_ids)
+@dataclass
+class Calibration:
+    """This machine's verify-cost curve, measured as the server measures it at load."""
+
+    raw_ms: dict[int, float]  # as measured
+    verify_cost: dict[int, float]  # what the scheduler is given
+    pad_to: dict[int, int]  # forward lengths worth padding to ({} with --no-pad)
+
+
+@dataclass
+class Bench:
+    """Everything the methods run against, loaded once."""
+
+    args: argparse.Namespace
+    pair: Any  # models.registry.Pair
+    service: CompletionService  # the target, its tokenizer, the pair's draft and our decode loop
+    assistant: Any  # the Hugging Face assistant model of hf_assisted_*, or None
+    assistant_name: str | None
+    fp32_model: Any  # target_fp32's model (the target itself when already plain fp32), or None
+    fp32_skip: str | None
+    prepared: list[Prepared]
+    calibration: Calibration
+    fp32_decoder: SpeculativeDecoder | None = None
+    llama: dict[str, LlamaCppRunner] = field(default_factory=dict)
+
+    @property
+    def target(self) -> Any:
+        return self.service.target
+
+    @property
+    def draft(self) -> DraftSource | None:
+        return self.service.draft
+
+    @property
+    def eos(self) -> list[int]:
+        return list(self.service.fim.eos_ids)
+
+    def decode_text(self, ids: list[int]) -> str:
+        return str(self.service.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False))
 
 
 def _hf_generate(model: Any, ids: list[int], max_new: int, eos: list[int], **kw: Any) -> list[int]:
@@ -104,70 +158,106 @@ def run_bench(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     if args.lsp:
         return _run_lsp(args)
-    from dspark_lsp.models.fim import detect_fim_tokens
-    from dspark_lsp.models.loader import gguf_source, load_causal_lm, resolve_model
-    from dspark_lsp.models.packing import is_packed
-    from dspark_lsp.models.registry import pair_for
-    from dspark_lsp.service import ServiceConfig, load_draft_source
-    from dspark_lsp.syntax import SyntaxDocument, detect_language
+    presets = _chosen_methods(args.methods)
+    bench = _load(args, presets)
+    results = _initial_results(bench, presets)
+    _start_llamacpp(bench, presets, results)
+    _warm_fp32(bench, results)
+    log = _log
+    log(f"{len(bench.prepared)} prompts x {len(presets)} methods, max_new_tokens={args.max_new_tokens}")
+    for i, pp in enumerate(bench.prepared):
+        for preset in presets:
+            r = results[preset.name]
+            if not r.skipped:
+                _run_method(bench, preset, pp, r)
+        done = results["target_only"]
+        log(f"[{i + 1}/{len(bench.prepared)}] {pp.prompt.id}: target_only {done.per_prompt_seconds[-1]:.1f}s")
+    _finish(bench, results)
+    return 0
 
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    from dspark_lsp.bench.cli import DRAFT_METHODS, LLAMACPP_METHODS, METHODS
 
-    unknown = [m for m in methods if m not in METHODS]
+# ------------------------------------------------------------------------------------- loading
+def _chosen_methods(spec: str) -> list[Method]:
+    """The presets ``--methods`` names, target_only first when it is not named (it is the baseline)."""
+    names = [m.strip() for m in spec.split(",") if m.strip()]
+    unknown = [m for m in names if m not in BY_NAME]
     if unknown:
         raise UserError(f"unknown method(s) {', '.join(unknown)}; known: {', '.join(METHODS)}")
-    if "target_only" not in methods:
-        methods.insert(0, "target_only")
-    lcpp_missing = llamacpp_missing() if any(m in LLAMACPP_METHODS for m in methods) else None
+    if "target_only" not in names:
+        names.insert(0, "target_only")
+    return [BY_NAME[m] for m in names]
+
+
+def _load(args: argparse.Namespace, presets: list[Method]) -> Bench:
+    from dspark_lsp.models.registry import pair_for
 
     pair = pair_for(args.model, args.draft)
-    log = _log
-    log(f"loading target {pair.target}")
-    target, tokenizer = load_causal_lm(
-        pair.target, device="cpu", dtype=args.dtype, cache_root=args.cache_dir, pack=args.pack
-    )
-    fim = detect_fim_tokens(tokenizer)
-    eos = _eos(fim)
+    service = _load_service(args)
+    assistant, assistant_name = _assistant(args, service.draft)
+    fp32_model: Any = None
+    fp32_skip: str | None = None
+    if any(isinstance(p, LoopMethod) and p.fp32 for p in presets):
+        fp32_model, fp32_skip = _fp32_reference(args, pair.target, service.target)
+    prepared = _prepare_prompts(args, service)
+    bench = Bench(args, pair, service, assistant, assistant_name, fp32_model, fp32_skip, prepared,
+                  _calibrate(service.target, args.no_pad))
+    if fp32_model is not None:
+        bench.fp32_decoder = SpeculativeDecoder(fp32_model)
+    return bench
+
+
+def _load_service(args: argparse.Namespace) -> CompletionService:
+    """The target and the pair's draft, loaded by the service as the server loads them."""
     cfg = ServiceConfig(
         model=args.model, draft_model=args.draft, device="cpu", dtype=args.dtype, cache_dir=args.cache_dir,
         pack_weights=args.pack,
+        # No prefix cache: every method prefills every prompt. The bench calibrates itself (`_calibrate`):
+        # it reports the raw curve and can run it unpadded.
+        prefix_reuse=False, completion_cache=False, calibrate=False,
     )
-    draft: DraftSource | None
-    if pair.draft_kind == "model" and pair.draft:
-        log(f"loading draft {pair.draft}")
-        draft = load_draft_source(pair.draft, target, cfg)
-    elif pair.draft_kind == "none":
-        draft = None
-    else:
-        draft = NgramDraftSource()
-    assistant = None
-    assistant_name = args.assistant
-    if assistant_name is None and isinstance(draft, HybridDraftSource):
-        ms = draft.model_source
+
+    def progress(message: str, _fraction: float | None) -> None:
+        if message != "ready":
+            _log(message)
+
+    return CompletionService.load(cfg, progress)
+
+
+def _assistant(args: argparse.Namespace, draft: DraftSource | None) -> tuple[Any, str | None]:
+    """hf_assisted_*'s assistant: --assistant, else the pair's draft when it is a Hugging Face model."""
+    if args.assistant is None:
+        ms = draft.model_source if isinstance(draft, HybridDraftSource) else None
         if isinstance(ms, ModelDraftSource):
-            assistant, assistant_name = ms.model, ms.name
-    elif assistant_name:
-        log(f"loading assistant {assistant_name}")
-        assistant, _ = load_causal_lm(
-            assistant_name, device="cpu", dtype=args.dtype, cache_root=args.cache_dir, pack=args.pack
-        )
+            return ms.model, ms.name
+        return None, None
+    if not args.assistant:
+        return None, args.assistant
+    from dspark_lsp.models.loader import load_causal_lm
 
-    # The fp32 reference: the target itself when it already is plain fp32, else a second model.
-    fp32_model: Any = None
-    fp32_skip: str | None = None
-    if "target_fp32" in methods:
-        if _is_plain_fp32(target):
-            fp32_model = target
-        else:
-            fp32_skip = _fp32_memory_shortfall(pair.target, args.cache_dir)
-            if fp32_skip is None:
-                log(f"loading the fp32 reference {pair.target} (dtype float32)")
-                fp32_model, _ = load_causal_lm(
-                    pair.target, device="cpu", dtype="float32", cache_root=args.cache_dir, pack=args.pack
-                )
+    _log(f"loading assistant {args.assistant}")
+    model, _ = load_causal_lm(args.assistant, device="cpu", dtype=args.dtype, cache_root=args.cache_dir,
+                              pack=args.pack)
+    return model, args.assistant
 
-    # Prompts.
+
+def _fp32_reference(args: argparse.Namespace, spec: str, target: Any) -> tuple[Any, str | None]:
+    """The fp32 reference: the target itself when it already is plain fp32, else a second model (or why
+    there is none: not enough memory)."""
+    if _is_plain_fp32(target):
+        return target, None
+    skip = _fp32_memory_shortfall(spec, args.cache_dir)
+    if skip is not None:
+        return None, skip
+    from dspark_lsp.models.loader import load_causal_lm
+
+    _log(f"loading the fp32 reference {spec} (dtype float32)")
+    model, _ = load_causal_lm(spec, device="cpu", dtype="float32", cache_root=args.cache_dir, pack=args.pack)
+    return model, None
+
+
+def _prepare_prompts(args: argparse.Namespace, service: CompletionService) -> list[Prepared]:
+    from dspark_lsp.syntax import SyntaxDocument, detect_language
+
     prompts: list[BenchPrompt] = []
     he_dir = find_humaneval_dir(args.humaneval)
     if he_dir is not None:
@@ -176,181 +266,197 @@ def run_bench(args: argparse.Namespace) -> int:
         prompts += corpus_prompts(Path(args.corpus), args.limit, args.seed)
     if not prompts:
         raise UserError("no prompts: pass --corpus DIR and/or make the HumanEval infilling data reachable")
-
+    tok, fim = service.tokenizer, service.fim
     prepared: list[Prepared] = []
     for bp in prompts:
         lang = bp.language or detect_language(bp.path, None)
-        fp = build_fim_prompt(bp.text, bp.offset, tokenizer, fim, context_window=args.context_window)
+        fp = build_fim_prompt(bp.text, bp.offset, tok, fim, context_window=args.context_window)
         doc = SyntaxDocument(bp.text, lang)
-        scope = doc.completion_scope(bp.offset)
+        tracker = functools.partial(doc.generation, bp.offset, doc.completion_scope(bp.offset))
+        prepared.append(Prepared(bp, fp.ids, lang, tracker, outside_window_ids(bp.text, bp.offset, fp, tok)))
+    return prepared
 
-        def factory(doc: Any = doc, off: int = bp.offset, scope: Any = scope) -> Any:
-            return doc.generation(off, scope)
 
-        prepared.append(Prepared(bp, fp.ids, lang, None, factory, outside_window_ids(bp.text, bp.offset, fp, tokenizer)))
-
-    def decode_text(ids: list[int]) -> str:
-        return str(tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False))
-
-    def key_fn(tracker: Any) -> Any:
-        return lambda ids: bool(tracker.is_key_next(decode_text(ids)))
-
-    decoder = SpeculativeDecoder(target)  # no prefix cache: every method prefills every prompt
-    fp32_decoder = SpeculativeDecoder(fp32_model) if fp32_model is not None else None
-    # The same calibration the server does at load: this machine's verify-cost curve.
+def _calibrate(target: Any, no_pad: bool) -> Calibration:
+    """The same calibration the server does at load; --no-pad: the curve as measured (made
+    non-decreasing), as the scheduler would see it unpadded."""
     plan = calibrate_forwards(target)
-    raw_cost = plan.measured_ms
-    # --no-pad: the curve as measured (made non-decreasing), as the scheduler would see it unpadded.
-    verify_cost = raw_monotone(raw_cost) if args.no_pad else plan.cost_ms
-    pad_to = {} if args.no_pad else plan.pad_to
-    log(f"verify cost (ms per forward of n tokens): measured {raw_cost}; padding {pad_to or 'off'}")
-    results = {m: MethodResult(m) for m in methods}
-    has_parallel_model = draft is not None and getattr(draft, "supports_parallel", False) and not isinstance(
-        draft, NgramDraftSource
-    )
-    for m in methods:
-        r = results[m]
-        if m in DRAFT_METHODS and draft is None:
-            r.skipped = "no draft source (pair has draft 'none')"
-        if m in ("draft_ar_only", "draft_parallel_only") and not has_parallel_model:
-            r.skipped = "needs a draft model (AR + parallel steps); the pair drafts by n-gram only"
-        if m.startswith("hf_assisted") and assistant is None:
-            r.skipped = "no Hugging Face assistant model (pass --assistant MODEL, e.g. for the 1.5B target)"
-        if m.startswith("hf_"):
+    raw = plan.measured_ms
+    verify_cost = raw_monotone(raw) if no_pad else plan.cost_ms
+    pad_to = {} if no_pad else plan.pad_to
+    _log(f"verify cost (ms per forward of n tokens): measured {raw}; padding {pad_to or 'off'}")
+    return Calibration(raw, verify_cost, pad_to)
+
+
+def _initial_results(bench: Bench, presets: list[Method]) -> dict[str, MethodResult]:
+    """An empty result per method, with why it is skipped where it cannot run."""
+    lcpp_missing = llamacpp_missing() if any(isinstance(p, LlamaCppMethod) for p in presets) else None
+    results: dict[str, MethodResult] = {}
+    for p in presets:
+        r = MethodResult(p.name, engine=p.engine)
+        if isinstance(p, HfMethod):
             r.counts_forwards = False
             r.prefill_split = False
-            r.engine = "hf"
-        if m == "target_fp32" and fp32_skip:
-            r.skipped = fp32_skip
-        if m in LLAMACPP_METHODS:
-            r.engine = "llamacpp"
-            r.skipped = r.skipped or lcpp_missing
-    llama: dict[str, LlamaCppRunner] = {}
-    wanted = [m for m in methods if m in LLAMACPP_METHODS and not results[m].skipped]
-    if wanted:
-        gguf = gguf_source(pair.target, resolve_model(pair.target, args.cache_dir), args.cache_dir)
-        if gguf is None:
-            for m in wanted:
-                results[m].skipped = f"no GGUF file for {pair.target} (registry models keep it at `models prepare`)"
-        else:
-            # Room for the longest prompt, the budget and the last (capped) draft.
-            n_ctx = max(len(pp.ids) for pp in prepared) + args.max_new_tokens + args.lookup_tokens + 8
-            for m in wanted:
-                log(f"{m}: llama.cpp on {gguf.name}, n_ctx {n_ctx}, {args.threads or 2} threads")
-                try:
-                    runner = LlamaCppRunner(
-                        gguf, n_ctx=n_ctx, threads=args.threads or 2,
-                        lookup_tokens=args.lookup_tokens if m == "llamacpp_lookup" else None,
-                    )
-                    runner.warm_up(prepared[0].ids)
-                except Exception as exc:  # report, do not abort the whole benchmark
-                    results[m].skipped = f"llama.cpp failed on {gguf.name}: {exc}"
-                    continue
-                llama[m] = runner
-    if fp32_decoder is not None and not results["target_fp32"].skipped and fp32_model is not target:
-        # Untimed, as the calibration above warms the target: the first forwards of a model are slow.
-        fp32_decoder.generate(prepared[0].ids, config=DecodeConfig(max_new_tokens=2), draft=None, eos_ids=eos)
+        r.skipped = lcpp_missing if isinstance(p, LlamaCppMethod) else _skip_reason(bench, p)
+        results[p.name] = r
+    return results
 
-    log(f"{len(prepared)} prompts x {len(methods)} methods, max_new_tokens={args.max_new_tokens}")
-    for i, pp in enumerate(prepared):
-        for m in methods:
-            r = results[m]
-            if r.skipped:
-                continue
-            tracker = pp.tracker_factory()
-            t0 = time.perf_counter()
-            forwards = 0
-            if m == "hf_greedy":
-                out = _hf_generate(target, pp.ids, args.max_new_tokens, eos)
-            elif m == "hf_prompt_lookup":
-                out = _hf_generate(target, pp.ids, args.max_new_tokens, eos, prompt_lookup_num_tokens=10)
-            elif m in LLAMACPP_METHODS:
-                lr = llama[m].generate(pp.ids, args.max_new_tokens, eos)
-                out = lr.tokens
-                forwards = lr.forwards
-                r.t_prefill += lr.t_prefill
-                r.t_draft += lr.t_draft
-                r.drafted += lr.drafted
-            elif m.startswith("hf_assisted"):
-                assert assistant is not None
-                schedule = "heuristic" if m.endswith("heuristic") else "constant"
-                assistant.generation_config.num_assistant_tokens_schedule = schedule
-                assistant.generation_config.num_assistant_tokens = 20 if schedule == "heuristic" else 5
-                out = _hf_generate(target, pp.ids, args.max_new_tokens, eos, assistant_model=assistant)
-            else:
-                dcfg = DecodeConfig(
-                    max_new_tokens=args.max_new_tokens,
-                    scheduler=SchedulerConfig(verify_cost_ms=verify_cost),
-                    pad_to=pad_to or None,
-                )
-                src: DraftSource | None = draft
-                dec = decoder
-                if m == "target_only":
-                    src = None
-                elif m == "target_fp32":
-                    assert fp32_decoder is not None
-                    src, dec = None, fp32_decoder
-                    dcfg.pad_to = None  # the plain one-token loop: the padding plan is the target's
-                elif m == "fixed_k":
-                    dcfg.scheduler = SchedulerConfig(fixed_k=args.fixed_k, tau=1e-6, tau_min=1e-6)
-                    dcfg.draft_mode = "parallel" if isinstance(draft, NgramDraftSource) else "ar"
-                elif m == "dspark_chain":
-                    dcfg.alternates = 0  # ablation: the draft's chain only, no runner-ups beside it
-                elif m == "dspark_relaxed":
-                    dcfg.relaxed = True
-                elif m == "draft_ar_only":
-                    dcfg.draft_mode = "ar"
-                elif m == "draft_parallel_only":
-                    dcfg.draft_mode = "parallel"
-                if src is not None:
-                    src.reset()
-                    lookup = lookup_of(src)
-                    if lookup is not None:
-                        # As the server does: the lookup also searches the document outside the window
-                        # (the ablation `dspark_window_only` searches the prompt alone, as HF's does).
-                        lookup.extra_corpus = [] if m == "dspark_window_only" else pp.outside
-                res = dec.generate(pp.ids, config=dcfg, draft=src, eos_ids=eos, is_key=key_fn(tracker))
-                out = res.tokens
-                forwards = res.stats.target_forwards
-                r.draft_forwards += res.stats.draft_forwards
-                r.t_draft += res.stats.t_draft
-                r.alt_proposed += res.stats.alt_proposed
-                r.alt_accepted += res.stats.alt_accepted
-                r.t_verify += res.stats.t_verify
-                r.t_prefill += res.stats.t_prefill
-            dt = time.perf_counter() - t0
-            r.tokens += len(out)
-            r.seconds += dt
-            r.target_forwards += forwards
-            r.outputs.append(out)
-            r.per_prompt_seconds.append(dt)
-            r.add_language(pp.language or "plain", len(out), dt, forwards)
-            if pp.prompt.test and pp.prompt.entry_point:
-                text = decode_text(out)
-                cut = pp.tracker_factory().stop_index(text, final=True)
-                completion = text if cut is None else text[:cut]
-                r.pass_total += 1
-                r.passed += int(
-                    passes(pp.prompt.text, pp.prompt.offset, completion, pp.prompt.test, pp.prompt.entry_point)
-                )
-        done = results["target_only"]
-        log(f"[{i + 1}/{len(prepared)}] {pp.prompt.id}: target_only {done.per_prompt_seconds[-1]:.1f}s")
 
-    dtype_name = weights_kind(target)
-    report = _report(args, pair, assistant_name, prepared, results, verify_cost, dtype_name)
+def _skip_reason(bench: Bench, p: LoopMethod | HfMethod) -> str | None:
+    if isinstance(p, HfMethod):
+        if p.assistant_schedule is not None and bench.assistant is None:
+            return "no Hugging Face assistant model (pass --assistant MODEL, e.g. for the 1.5B target)"
+        return None
+    draft = bench.draft
+    if p.needs_model_draft and not (
+        draft is not None and getattr(draft, "supports_parallel", False) and not isinstance(draft, NgramDraftSource)
+    ):
+        return "needs a draft model (AR + parallel steps); the pair drafts by n-gram only"
+    if p.draft and draft is None:
+        return "no draft source (pair has draft 'none')"
+    return bench.fp32_skip if p.fp32 else None
+
+
+def _start_llamacpp(bench: Bench, presets: list[Method], results: dict[str, MethodResult]) -> None:
+    """A llama.cpp runner per llamacpp_* method that can run, warmed up; a failure skips its method."""
+    wanted = [p for p in presets if isinstance(p, LlamaCppMethod) and not results[p.name].skipped]
+    if not wanted:
+        return
+    from dspark_lsp.models.loader import gguf_source, resolve_model
+
+    args, spec = bench.args, bench.pair.target
+    gguf = gguf_source(spec, resolve_model(spec, args.cache_dir), args.cache_dir)
+    if gguf is None:
+        for p in wanted:
+            results[p.name].skipped = f"no GGUF file for {spec} (registry models keep it at `models prepare`)"
+        return
+    # Room for the longest prompt, the budget and the last (capped) draft.
+    n_ctx = max(len(pp.ids) for pp in bench.prepared) + args.max_new_tokens + args.lookup_tokens + 8
+    for p in wanted:
+        _log(f"{p.name}: llama.cpp on {gguf.name}, n_ctx {n_ctx}, {args.threads or 2} threads")
+        try:
+            runner = LlamaCppRunner(
+                gguf, n_ctx=n_ctx, threads=args.threads or 2, lookup_tokens=args.lookup_tokens if p.lookup else None
+            )
+            runner.warm_up(bench.prepared[0].ids)
+        except Exception as exc:  # report, do not abort the whole benchmark
+            results[p.name].skipped = f"llama.cpp failed on {gguf.name}: {exc}"
+            continue
+        bench.llama[p.name] = runner
+
+
+def _warm_fp32(bench: Bench, results: dict[str, MethodResult]) -> None:
+    """Untimed, as the calibration warms the target: the first forwards of a model are slow."""
+    if bench.fp32_decoder is None or results["target_fp32"].skipped or bench.fp32_model is bench.target:
+        return
+    bench.fp32_decoder.generate(
+        bench.prepared[0].ids, config=DecodeConfig(max_new_tokens=2), draft=None, eos_ids=bench.eos
+    )
+
+
+# ------------------------------------------------------------------------------------- running
+def _run_method(bench: Bench, preset: Method, pp: Prepared, r: MethodResult) -> None:
+    """One method on one prompt, timed, added to ``r`` (and pass@1 scored where the prompt has a test)."""
+    tracker = pp.tracker_factory()
+    t0 = time.perf_counter()
+    forwards = 0
+    if isinstance(preset, HfMethod):
+        out = _run_hf(bench, preset, pp)
+    elif isinstance(preset, LlamaCppMethod):
+        out, forwards = _run_llamacpp(bench, preset, pp, r)
+    else:
+        out, forwards = _run_loop(bench, preset, pp, r, tracker)
+    r.add_output(out, time.perf_counter() - t0, forwards, pp.language or "plain")
+    if pp.prompt.test and pp.prompt.entry_point:
+        text = bench.decode_text(out)
+        cut = pp.tracker_factory().stop_index(text, final=True)
+        completion = text if cut is None else text[:cut]
+        r.pass_total += 1
+        r.passed += int(passes(pp.prompt.text, pp.prompt.offset, completion, pp.prompt.test, pp.prompt.entry_point))
+
+
+def _run_hf(bench: Bench, preset: HfMethod, pp: Prepared) -> list[int]:
+    kw: dict[str, Any] = {}
+    if preset.prompt_lookup_tokens is not None:
+        kw["prompt_lookup_num_tokens"] = preset.prompt_lookup_tokens
+    if preset.assistant_schedule is not None:
+        assistant = bench.assistant
+        assert assistant is not None
+        assistant.generation_config.num_assistant_tokens_schedule = preset.assistant_schedule
+        assistant.generation_config.num_assistant_tokens = preset.assistant_tokens
+        kw["assistant_model"] = assistant
+    return _hf_generate(bench.target, pp.ids, bench.args.max_new_tokens, bench.eos, **kw)
+
+
+def _run_llamacpp(bench: Bench, preset: LlamaCppMethod, pp: Prepared, r: MethodResult) -> tuple[list[int], int]:
+    lr = bench.llama[preset.name].generate(pp.ids, bench.args.max_new_tokens, bench.eos)
+    r.t_prefill += lr.t_prefill
+    r.t_draft += lr.t_draft
+    r.drafted += lr.drafted
+    return lr.tokens, lr.forwards
+
+
+def _run_loop(bench: Bench, preset: LoopMethod, pp: Prepared, r: MethodResult, tracker: Any) -> tuple[list[int], int]:
+    """Our decode loop, with the pair's draft set up as the service sets it up for a completion."""
+    src = bench.draft if preset.draft else None
+    dec = bench.service.decoder
+    if preset.fp32:
+        assert bench.fp32_decoder is not None
+        dec = bench.fp32_decoder
+    if src is not None:
+        src.reset()
+        # The ablation `dspark_window_only` lets the lookup search the prompt alone, as HF's does.
+        set_lookup_corpus(src, lambda: pp.outside if preset.lookup_outside_window else [])
+
+    def is_key(ids: list[int]) -> bool:
+        return bool(tracker.is_key_next(bench.decode_text(ids)))
+
+    res = dec.generate(pp.ids, config=_decode_config(bench, preset), draft=src, eos_ids=bench.eos, is_key=is_key)
+    st = res.stats
+    r.draft_forwards += st.draft_forwards
+    r.t_draft += st.t_draft
+    r.alt_proposed += st.alt_proposed
+    r.alt_accepted += st.alt_accepted
+    r.t_verify += st.t_verify
+    r.t_prefill += st.t_prefill
+    return res.tokens, st.target_forwards
+
+
+def _decode_config(bench: Bench, preset: LoopMethod) -> DecodeConfig:
+    """The service's decode settings for the bench's budget and calibration, changed as the preset says."""
+    cal = bench.calibration
+    cfg = bench.service.config.decode_config(bench.args.max_new_tokens, cal.verify_cost, cal.pad_to or None)
+    if preset.fp32:
+        cfg.pad_to = None  # the plain one-token loop: the padding plan is the target's
+    if preset.k_policy == "fixed":
+        cfg.scheduler = SchedulerConfig(fixed_k=bench.args.fixed_k, tau=1e-6, tau_min=1e-6)
+    if preset.draft_mode == "plain":
+        cfg.draft_mode = "parallel" if isinstance(bench.draft, NgramDraftSource) else "ar"
+    elif preset.draft_mode is not None:
+        cfg.draft_mode = preset.draft_mode
+    if preset.alternates is not None:
+        cfg.alternates = preset.alternates
+    cfg.relaxed = cfg.relaxed or preset.relaxed
+    return cfg
+
+
+def _finish(bench: Bench, results: dict[str, MethodResult]) -> None:
+    """The report: its table on stdout, its JSON where --json says."""
+    args, cal, target = bench.args, bench.calibration, bench.target
+    report = _report(args, bench.pair, bench.assistant_name, bench.prepared, results, cal.verify_cost,
+                     weights_kind(target))
     report["settings"]["packed_linears"] = is_packed(target)
-    report["settings"]["verify_cost_raw_ms"] = {str(k): v for k, v in raw_cost.items()}
-    report["settings"]["pad_to"] = {str(k): v for k, v in pad_to.items()}
+    report["settings"]["verify_cost_raw_ms"] = {str(k): v for k, v in cal.raw_ms.items()}
+    report["settings"]["pad_to"] = {str(k): v for k, v in cal.pad_to.items()}
     if args.forward_cost:
-        peer = llama.get("llamacpp_lookup") or llama.get("llamacpp_greedy")
-        report["forward_cost_ms"] = _forward_costs(target, draft, context=args.context_window, peer=peer)
+        peer = bench.llama.get("llamacpp_lookup") or bench.llama.get("llamacpp_greedy")
+        report["forward_cost_ms"] = _forward_costs(target, bench.draft, context=args.context_window, peer=peer)
     if args.syntax:
         report["syntax_step_cost"] = _syntax_costs()
     _print_table(report)
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(report, indent=2))
-        log(f"wrote {args.json_out}")
-    return 0
+        _log(f"wrote {args.json_out}")
 
 
 def _run_lsp(args: argparse.Namespace) -> int:
