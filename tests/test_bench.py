@@ -104,3 +104,37 @@ def test_bench_lookup_searches_the_document_outside_the_window_unless_ablated(
     # Corpus files are ~220 lines: a 64-token window leaves most of each file to the lookup.
     assert sizes["dspark"] and min(sizes["dspark"]) > 100
     assert sizes["dspark_window_only"] and max(sizes["dspark_window_only"]) == 0
+
+
+def test_each_method_preset_changes_the_service_decode_settings_as_named() -> None:
+    from types import SimpleNamespace
+
+    from dspark_lsp.bench.methods import ABLATIONS, BY_NAME, DEFAULT_METHODS, METHODS, LoopMethod
+    from dspark_lsp.bench.run import Calibration, _decode_config
+    from dspark_lsp.engine.ngram import NgramDraftSource
+    from dspark_lsp.service import ServiceConfig
+
+    bench: Any = SimpleNamespace(
+        service=SimpleNamespace(config=ServiceConfig()),
+        args=SimpleNamespace(max_new_tokens=8, fixed_k=4),
+        calibration=Calibration(raw_ms={1: 10.0, 2: 9.0}, verify_cost={1: 9.0, 2: 9.0}, pad_to={1: 2}),
+        draft=NgramDraftSource(),
+    )
+    base = ServiceConfig().decode_config(8, {1: 9.0, 2: 9.0}, {1: 2})
+
+    def preset(name: str) -> LoopMethod:
+        p = BY_NAME[name]
+        assert isinstance(p, LoopMethod)
+        return p
+
+    def cfg(name: str) -> Any:
+        return _decode_config(bench, preset(name))
+
+    assert cfg("dspark") == base and cfg("target_only") == base and cfg("dspark_window_only") == base
+    assert cfg("target_fp32").pad_to is None
+    assert cfg("dspark_chain").alternates == 0 and cfg("dspark_relaxed").relaxed is True
+    assert cfg("draft_ar_only").draft_mode == "ar" and cfg("draft_parallel_only").draft_mode == "parallel"
+    fixed = cfg("fixed_k")
+    assert fixed.scheduler.fixed_k == 4 and fixed.draft_mode == "parallel"  # the n-gram source's own step
+    assert preset("dspark_window_only").lookup_outside_window is False
+    assert set(DEFAULT_METHODS) | set(ABLATIONS) == set(METHODS) and not set(DEFAULT_METHODS) & set(ABLATIONS)
