@@ -4,8 +4,10 @@ The model is transformers' own module tree (so the KV cache, attention masks, po
 states the engine uses behave as for any HF model), built on the meta device and then given the file's
 tensors: every quantized Linear becomes a :class:`~dspark_lsp.quant.linear.QuantLinear`, the embedding a
 :class:`~dspark_lsp.quant.linear.QuantEmbedding`, norms and biases stay fp32. Nothing is ever held in
-fp32 for the quantized tensors, so the 0.5B target holds ~0.66 GB of weights instead of ~2.5 GB. A tensor type the
-kernel does not support is dequantized to fp32 (one log line names it).
+fp32 for the quantized tensors, and an embedding table that is not also the LM head is not held at all
+(its rows are read from the file when looked up: ``quant/file_rows.py``), so the 0.5B target holds
+~0.52 GB of weights instead of ~2.5 GB. A tensor type the kernel does not support is dequantized to fp32
+(one log line names it).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dspark_lsp.errors import ModelError
 from dspark_lsp.models.lean_forward import use_lean_forward
 from dspark_lsp.models.rowwise_attention import use_rowwise_attention
 from dspark_lsp.quant import blocks
+from dspark_lsp.quant.file_rows import FileRows
 from dspark_lsp.quant.gguf_file import GGUFError, GGUFFile, TensorInfo, open_gguf
 from dspark_lsp.quant.linear import FusedProjections, ProjectionPart, QuantEmbedding, QuantLinear
 
@@ -44,12 +47,14 @@ class LoadReport:
 
     quantized: dict[str, int] = field(default_factory=dict)  # type name -> tensors kept quantized
     dequantized: dict[str, int] = field(default_factory=dict)  # type name -> tensors loaded as fp32
-    weight_bytes: int = 0
+    weight_bytes: int = 0  # held in memory
+    file_bytes: int = 0  # read from the file when looked up (an untied embedding table)
 
     def summary(self) -> str:
         q = ", ".join(f"{n}×{t}" for t, n in sorted(self.quantized.items()))
         d = ", ".join(f"{n}×{t}" for t, n in sorted(self.dequantized.items()))
-        return f"quantized [{q}]" + (f"; fp32 [{d}]" if d else "") + f"; {self.weight_bytes / 2**20:.0f} MiB"
+        rows = f" (+ {self.file_bytes / 2**20:.0f} MiB of embedding rows read from the file)" if self.file_bytes else ""
+        return f"quantized [{q}]" + (f"; fp32 [{d}]" if d else "") + f"; {self.weight_bytes / 2**20:.0f} MiB" + rows
 
 
 def _hf_path(name: str) -> tuple[str, str]:
@@ -156,6 +161,13 @@ def build_quantized_model(
             expected = _expected_shape(target)
             if (n, k) != expected:
                 raise ModelError(f"GGUF tensor {wt.name} is [{n}, {k}], the model expects {list(expected or ())}")
+            if isinstance(target, nn.Embedding) and "output.weight" in tensors:
+                # Its own table, not also the head's: a lookup reads its few rows from the file (146 MB
+                # of the default target that need not be resident; quant/file_rows.py).
+                report.quantized[tname] = report.quantized.get(tname, 0) + 1
+                report.file_bytes += wt.nbytes
+                _set(model, path, QuantEmbedding(rows=FileRows(gguf_path, wt)))
+                continue
             packed = blocks.pack_tensor(g.read(wt.name), qtype, n, k)
             report.weight_bytes += packed.nbytes
             report.quantized[tname] = report.quantized.get(tname, 0) + 1

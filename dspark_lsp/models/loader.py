@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # transformers/torch are heavy: import them only when a model
 log = logging.getLogger(__name__)
 
 # dtype "gguf": compute from the GGUF file's own quantized blocks (CPU; fp32 arithmetic on the file's exact
-# weight values, ~0.66 GB of weights instead of ~2.5 GB for the 0.5B, and 3.1x faster per token than fp32 on
+# weight values, ~0.52 GB of weights instead of ~2.5 GB for the 0.5B, and 3.1x faster per token than fp32 on
 # this project's 2-core AVX2 CPU: bench/results/2026-12-01-s6).
 QUANT_DTYPE = "gguf"
 DTYPES = ("auto", "float32", "bfloat16", "float16", QUANT_DTYPE)

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from dspark_lsp.quant.blocks import Packed
+from dspark_lsp.quant.file_rows import FileRows
 
 # Up to this many rows a product runs as batch-invariant dot products (decode and verify forwards);
 # above it, as tiles of expanded rows into a GEMM (prefill), which is faster for many rows but rounds
@@ -94,20 +95,42 @@ class QuantLinear(_QuantWeights):
         return f"in_features={self.in_features}, out_features={self.out_features}, codes={self.kind}-bit"
 
 
-class QuantEmbedding(_QuantWeights):
-    """An embedding table looked up straight from its quantized rows (exact fp32 row values)."""
+class QuantEmbedding(nn.Module):
+    """An embedding table looked up straight from its quantized rows (exact fp32 row values).
 
-    def __init__(self, packed: Packed) -> None:
-        super().__init__(packed)
-        self.num_embeddings = packed.n
-        self.embedding_dim = packed.k
+    The rows come from the kernel's layout in memory (``packed``: a table that is also the tied LM head,
+    which reads every row) or from the GGUF file itself (``rows``: see ``file_rows``; the default target's
+    table is then 146 MB that is not resident), the same values either way.
+    """
+
+    def __init__(self, packed: Packed | None = None, *, rows: FileRows | None = None) -> None:
+        super().__init__()
+        if (packed is None) == (rows is None):
+            raise ValueError("QuantEmbedding takes either packed rows or a file to read rows from")
+        self.rows = rows
+        if packed is not None:
+            self.kind, self.shift, self.source_type = packed.kind, packed.shift, packed.source_type
+            for name, t in _tensors(packed).items():
+                self.register_buffer(name, t, persistent=False)
+            self.num_embeddings, self.embedding_dim = packed.n, packed.k
+        else:
+            assert rows is not None
+            self.source_type = rows.info.qtype
+            self.num_embeddings, self.embedding_dim = rows.n, rows.k
         # transformers reads `.weight` of the input embeddings for its dtype and device; a 1-element
         # stand-in answers those questions without holding the table in fp32.
-        self.register_buffer("weight", torch.zeros(1, packed.k), persistent=False)
+        self.register_buffer("weight", torch.zeros(1, self.embedding_dim), persistent=False)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        rows = torch.ops.dspark_q.qrows(ids.reshape(-1), *self._args(), self.embedding_dim)
+        if self.rows is not None:
+            return self.rows.lookup(ids)
+        rows = torch.ops.dspark_q.qrows(ids.reshape(-1), self.kind, self.codes, self.scale, self.off, self.shift,
+                                        self.embedding_dim)
         return rows.reshape(*ids.shape, self.embedding_dim)
+
+    def extra_repr(self) -> str:
+        where = f"rows read from {self.rows.path.name}" if self.rows is not None else "in memory"
+        return f"{self.num_embeddings}, {self.embedding_dim}, {where}"
 
 
 class FusedProjections(nn.Module):
