@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from dspark_lsp.engine.acceptance import tree_accept
+
 
 @dataclass(frozen=True)
 class Alternate:
@@ -77,16 +79,9 @@ class VerifyLayout:
 
     def accept(self, preds: list[int]) -> tuple[int, int | None, int]:
         """Greedy walk over the target's argmax per row: (chain tokens accepted, row of the accepted
-        alternate or None, the target's next token)."""
-        m = 0
-        while m < len(self.chain) and preds[m] == self.chain[m]:
-            m += 1
-        if m < len(self.chain):
-            n = 1 + len(self.chain)
-            for j, alt in enumerate(self.alternates):
-                if alt.index == m and alt.token == preds[m]:
-                    return m, n + j, preds[n + j]
-        return m, None, preds[m]
+        alternate or None, the target's next token); the rule is engine.acceptance.tree_accept."""
+        v = tree_accept(preds, self)
+        return v.accepted, v.alt_row, v.next_token
 
 
 def choose_alternates(
