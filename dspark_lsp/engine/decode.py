@@ -1,5 +1,10 @@
 """The DSpark decode loop: draft, verify in one target forward, accept the longest matching prefix.
 
+A call is a prefill (which yields the first token), then rounds until an emit rule ends it. A round is
+draft (engine.drafting) -> layout (chain plus runner-up alternates) -> verify (one target forward) ->
+accept (engine.acceptance, a pure rule) -> rollback (crop the cache to what was kept) -> emit (EOS,
+token cap, stop rule). The parts share one small mutable ``_State``; the call's inputs are a ``_Call``.
+
 State invariant (as in gpt-fast's speculative decode): the target KV cache covers every token of
 ``ids`` except the last one, ``pending``. A round feeds ``[pending] + draft`` (n + 1 tokens) in ONE
 forward; logits row i predicts the token after input i. Draft token d_i is checked against row i-1's
@@ -17,9 +22,11 @@ from typing import Any
 
 import torch
 
+from dspark_lsp.engine.acceptance import Verdict, greedy_accept, pick_token, sampled_accept, tree_accept
 from dspark_lsp.engine.alternates import Alternate, VerifyLayout, choose_alternates
 from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
 from dspark_lsp.engine.draft import DraftSource, Proposal
+from dspark_lsp.engine.drafting import DraftRound, KeyFn
 from dspark_lsp.engine.kv import (
     TreeRows,
     cache_len,
@@ -39,7 +46,6 @@ from dspark_lsp.engine.stats import DecodeStats
 # default prompt budget) rather than 128: a 256-token prompt took 1.51 s in two slices, 1.32 s in one.
 PREFILL_CHUNK = 256
 
-KeyFn = Callable[[list[int]], bool]  # generated ids so far -> is the next position a key position?
 StopFn = Callable[[list[int]], bool]  # generated ids so far -> must generation end now?
 TokensFn = Callable[[list[int]], None]  # streaming callback with all generated ids so far
 
@@ -77,6 +83,43 @@ class DecodeResult:
         return self.stats.stop_reason
 
 
+@dataclass
+class _Call:
+    """One generate call's inputs, fixed while it runs."""
+
+    prompt: list[int]
+    config: DecodeConfig
+    draft: DraftSource | None
+    eos_ids: set[int]
+    is_key: KeyFn | None
+    stop: StopFn | None
+    on_tokens: TokensFn | None
+    cancel: threading.Event | None
+
+    def __post_init__(self) -> None:
+        # A feature-conditioned draft reads the target's last hidden states; a calibrated one's
+        # confidences are acceptance probabilities, which change how a round's length is chosen.
+        self.want_feats = self.draft is not None and bool(getattr(self.draft, "wants_features", False))
+        self.calibrated = self.draft is not None and bool(getattr(self.draft, "calibrated", False))
+
+    def cancelled(self) -> bool:
+        return self.cancel is not None and self.cancel.is_set()
+
+
+@dataclass
+class _State:
+    """What a call changes as it runs. Once the first token is out, ``cache`` covers ``ids[:-1]``."""
+
+    stats: DecodeStats
+    sched: ConfidenceScheduler
+    generator: torch.Generator | None  # None under greedy decoding
+    cache: Any
+    feats: _FeatureTrack
+    ids: list[int]  # prompt + generated
+    generated: list[int] = field(default_factory=list)
+    stop_reason: str | None = None  # set by whatever ends the call; None at the token cap
+
+
 class SpeculativeDecoder:
     """Runs one target model; draft sources are passed per call. Thread-compatible, not re-entrant."""
 
@@ -90,109 +133,7 @@ class SpeculativeDecoder:
         # rule weighs it against the target's verify cost.
         self._draft_ms: dict[str, float] = {}
 
-    # ----------------------------------------------------------------------------------------- drafting
-    def _draft(
-        self,
-        draft: DraftSource,
-        ids: list[int],
-        generated: list[int],
-        k: int,
-        sched: ConfidenceScheduler,
-        config: DecodeConfig,
-        is_key: KeyFn | None,
-        stats: DecodeStats,
-        generator: torch.Generator | None,
-    ) -> Proposal:
-        tau = sched.tau
-        out = Proposal(dists=[] if config.temperature > 0 else None, alternates=[])
-        name = str(getattr(draft, "name", "draft"))
-        cum = 1.0  # the draft's own probability that every token so far is right
-        calibrated = bool(getattr(draft, "calibrated", False))
-        by_cost = calibrated and sched.config.calibrated_stop == "cost"
-        key_cut = False  # the last block stopped at a position already classified as key
-        while len(out.tokens) < k:
-            if config.draft_mode == "ar" or not draft.supports_parallel:
-                parallel = False
-            elif config.draft_mode == "parallel":
-                parallel = True
-            else:
-                parallel = not (key_cut or (is_key(generated + out.tokens) if is_key is not None else False))
-            want = k - len(out.tokens) if parallel else 1
-            t0 = time.perf_counter()
-            p = draft.propose(
-                ids + out.tokens,
-                want,
-                parallel=parallel,
-                tau=tau,
-                temperature=config.temperature,
-                generator=generator,
-            )
-            if p.forwards > 0:
-                ms = (time.perf_counter() - t0) * 1000 / p.forwards
-                old = self._draft_ms.get(name)
-                self._draft_ms[name] = ms if old is None else 0.8 * old + 0.2 * ms
-            stats.draft_forwards += p.forwards
-            if parallel:
-                stats.draft_steps_parallel += 1
-            else:
-                stats.draft_steps_ar += 1
-            if not p.tokens:
-                break
-            low_confidence = False
-            # tau stops drafting at an unsure token, because drafting on would spend draft forwards and
-            # verify slots on guesses that rarely land. In cost-aware mode that spend is known: a token
-            # is also kept when the draft's probability of getting this far covers what it costs (a
-            # lookup, or a token already in this proposal, costs no draft forward; on a flat verify
-            # curve it costs no verify time either).
-            tokens = p.tokens[:want]
-            key_cut = False
-            for i, tok in enumerate(tokens):
-                conf = p.confidence[i] if i < len(p.confidence) else 1.0
-                n = len(out.tokens)
-                # Semi-autoregressive: a parallel block ends where the text reaches a key position
-                # (a guess there, made blind to the tokens before it, is the least likely to land);
-                # the next step drafts that position autoregressively. A free lookup is not cut.
-                if (
-                    i > 0 and parallel and p.forwards > 0 and config.draft_mode == "semi"
-                    and is_key is not None and is_key(generated + out.tokens)
-                ):
-                    key_cut = True
-                    break
-                cum *= conf
-                # The first token of a round is always kept: verifying 2 tokens costs about what
-                # verifying 1 does on a memory-bound CPU, so a weak guess is nearly free. A calibrated
-                # confidence (a confidence head's) is trusted to say when even that is not worth it.
-                if by_cost:
-                    if not sched.pays_at_rate(n + 1, cum, 0.0):
-                        low_confidence = True
-                        break
-                elif conf < tau and (n > 0 or calibrated) and not sched.pays(n + 1, cum, 0.0):
-                    low_confidence = True
-                    break
-                out.tokens.append(int(tok))
-                out.confidence.append(conf)
-                assert out.alternates is not None
-                out.alternates.append(p.alternates[i] if p.alternates is not None and i < len(p.alternates) else [])
-                if out.dists is not None:
-                    out.dists.append(p.dists[i] if p.dists is not None and i < len(p.dists) else None)
-                more_ms = 0.0 if i + 1 < len(tokens) else self._draft_ms.get(name, 0.0)
-                if by_cost:
-                    # (The next token's own confidence is not known yet: this one's is its best guess.)
-                    if not sched.pays_at_rate(n + 2, cum * conf, more_ms):
-                        low_confidence = True
-                        break
-                elif conf < tau and not sched.pays(n + 2, cum, more_ms):
-                    low_confidence = True
-                    break
-            if key_cut:
-                continue
-            # A source that returned fewer tokens than asked (a lookup that ran out, a draft that
-            # stopped at its own tau) does not end the round: whether to draft on is the rule above's
-            # call, and the next step starts from an exact context instead of a blind mask guess.
-            if low_confidence:
-                break
-        return out
-
+    # -------------------------------------------------------------------- target forwards, verify layout
     def _forward(
         self,
         tokens: list[int],
@@ -251,61 +192,6 @@ class SpeculativeDecoder:
                                               config.alternates)
         return layout
 
-    # ----------------------------------------------------------------------------------- verification
-    def _accept_greedy(
-        self, logits: torch.Tensor, draft: list[int], config: DecodeConfig
-    ) -> tuple[int, int]:
-        """Returns (number accepted, the target's next token)."""
-        preds = torch.argmax(logits[:, : self.vocab_size], dim=-1).tolist()
-        m = 0
-        probs: torch.Tensor | None = None
-        for i, d in enumerate(draft):
-            if preds[i] == d:
-                m += 1
-                continue
-            if config.relaxed:
-                if probs is None:
-                    probs = torch.softmax(logits[:, : self.vocab_size], dim=-1)
-                if float(probs[i, d]) >= config.relaxed_threshold:
-                    m += 1
-                    continue
-            break
-        return m, int(preds[m])
-
-    def _accept_sampled(
-        self,
-        logits: torch.Tensor,
-        draft: list[int],
-        dists: list[torch.Tensor | None],
-        config: DecodeConfig,
-        generator: torch.Generator | None,
-    ) -> tuple[int, int]:
-        """Speculative sampling: accept d with prob min(1, p(d)/q(d)); else sample norm(max(p - q, 0))."""
-        p_all = torch.softmax(logits[:, : self.vocab_size] / config.temperature, dim=-1)
-        for i, d in enumerate(draft):
-            p = p_all[i]
-            q = dists[i] if i < len(dists) else None
-            q_d = 1.0 if q is None else float(q[d])
-            r = float(torch.rand((), generator=generator))
-            if q_d > 0 and r < min(1.0, float(p[d]) / q_d):
-                continue
-            if q is None:
-                residual = p.clone()
-                residual[d] = 0.0
-            else:
-                residual = torch.clamp(p - q.to(p.dtype), min=0.0)
-            total = float(residual.sum())
-            residual = residual / total if total > 0 else p
-            return i, int(torch.multinomial(residual, 1, generator=generator).item())
-        return len(draft), int(torch.multinomial(p_all[len(draft)], 1, generator=generator).item())
-
-    def _pick(self, logits: torch.Tensor, config: DecodeConfig, generator: torch.Generator | None) -> int:
-        logits = logits[: self.vocab_size]
-        if config.temperature > 0:
-            probs = torch.softmax(logits / config.temperature, dim=-1)
-            return int(torch.multinomial(probs, 1, generator=generator).item())
-        return int(torch.argmax(logits).item())
-
     # -------------------------------------------------------------------------------------- the loop
     @torch.inference_mode()
     def generate(
@@ -330,6 +216,7 @@ class SpeculativeDecoder:
                 list(prompt), config, draft, set(eos_ids), is_key, stop, on_tokens, cancel, scheduler_state
             )
 
+
     def _generate(
         self,
         prompt: list[int],
@@ -343,155 +230,208 @@ class SpeculativeDecoder:
         scheduler_state: tuple[float, ...] | None,
     ) -> DecodeResult:
         t0 = time.perf_counter()
-        stats = DecodeStats(prompt_tokens=len(prompt))
-        sched = ConfidenceScheduler(config.scheduler or SchedulerConfig())
+        call = _Call(prompt, config, draft, eos_ids, is_key, stop, on_tokens, cancel)
+        state = self._start(call, scheduler_state)
+        last_logits = self._prefill(call, state)
+        state.stats.t_prefill = time.perf_counter() - t0
+        if last_logits is None or call.cancelled():
+            state.stop_reason = "cancelled"
+        elif config.max_new_tokens > 0:
+            # The prefill's own prediction is the first new token; from here on the cache covers ids[:-1].
+            self._emit(call, state, [pick_token(last_logits, config.temperature, self.vocab_size, state.generator)])
+        while state.stop_reason is None and len(state.generated) < config.max_new_tokens:
+            if call.cancelled():
+                state.stop_reason = "cancelled"
+            else:
+                self._round(call, state)
+        return self._finish(call, state, t0)
+
+    def _start(self, call: _Call, scheduler_state: tuple[float, ...] | None) -> _State:
+        """A fresh state: the scheduler (seeded from the last call's when given), the sampling generator,
+        and a target cache, reusing the prefix cache's longest stored prefix of the prompt."""
+        stats = DecodeStats(prompt_tokens=len(call.prompt))
+        sched = ConfidenceScheduler(call.config.scheduler or SchedulerConfig())
         if scheduler_state is not None:
             sched.restore(scheduler_state)
         generator: torch.Generator | None = None
-        if config.temperature > 0:
+        if call.config.temperature > 0:
             generator = torch.Generator()
-            generator.manual_seed(config.seed if config.seed is not None else int(time.time_ns() % 2**31))
-
-        # Prefill the whole prompt (as `model.generate` does, so greedy output matches it bit for bit),
-        # reusing a cached prefix; at least the last prompt token is always fed to get its logits.
-        # A feature-conditioned draft reads the target's last hidden states: keep them for every
-        # position the target runs (a reused prefix brings its own when the prefix cache stored them).
-        want_feats = draft is not None and bool(getattr(draft, "wants_features", False))
-        calibrated = draft is not None and bool(getattr(draft, "calibrated", False))
+            seed = call.config.seed
+            generator.manual_seed(seed if seed is not None else int(time.time_ns() % 2**31))
+        # At least the last prompt token is always fed, to get its logits: reuse covers prompt[:-1] at most.
+        # A reused prefix brings its feature rows when the prefix cache stored them.
         cache, reused, stored = (None, 0, None)
-        if self.prefix_cache is not None and len(prompt) > 1:
-            cache, reused, stored = self.prefix_cache.take_with_features(prompt[:-1])
+        if self.prefix_cache is not None and len(call.prompt) > 1:
+            cache, reused, stored = self.prefix_cache.take_with_features(call.prompt[:-1])
         if cache is None:
             cache, reused = new_cache(self.target), 0
-        feats = _FeatureTrack(reused, stored if want_feats else None)
         stats.reused_tokens = reused
-        stats.prefill_tokens = len(prompt) - reused
+        stats.prefill_tokens = len(call.prompt) - reused
+        feats = _FeatureTrack(reused, stored if call.want_feats else None)
+        return _State(stats, sched, generator, cache, feats, list(call.prompt))
+
+    def _prefill(self, call: _Call, state: _State) -> torch.Tensor | None:
+        """Feed the prompt past the reused prefix in slices (as ``model.generate`` prefills, so greedy
+        output matches it bit for bit); the last slice's last row of logits, or None if cancelled first."""
+        prompt = call.prompt
         last_logits: torch.Tensor | None = None
-        for start in range(reused, len(prompt), PREFILL_CHUNK):
+        for start in range(state.stats.reused_tokens, len(prompt), PREFILL_CHUNK):
             # Every slice, the last too: a prompt within one slice (the default 256-token window) was
             # prefilled in full even when cancelled before it started (seconds of a busy worker).
-            if cancel is not None and cancel.is_set():
+            if call.cancelled():
                 break
             chunk_logits, h = self._forward(
-                prompt[start : start + PREFILL_CHUNK], cache, config.pad_to, want_feats, last_only=True
+                prompt[start : start + PREFILL_CHUNK], state.cache, call.config.pad_to, call.want_feats,
+                last_only=True,
             )
             last_logits = chunk_logits[-1]
             if h is not None:
-                feats.add(h)
+                state.feats.add(h)
         # The prefill produces the first token, so it counts once (however many slices it took):
         # target-only decoding then shows exactly 1.0 tokens per target forward.
         if last_logits is not None:
-            stats.target_forwards += 1
-        stats.t_prefill = time.perf_counter() - t0
+            state.stats.target_forwards += 1
+        return last_logits
 
-        ids = list(prompt)
-        generated: list[int] = []
-        stop_reason = "max_tokens"
-        # The prefill's own prediction is the first new token; from here on the cache covers ids[:-1].
-        if last_logits is None or (cancel is not None and cancel.is_set()):
-            stop_reason, config_max = "cancelled", 0
-        elif config.max_new_tokens > 0:
-            assert last_logits is not None
-            first = self._pick(last_logits, config, generator)
-            if first in eos_ids:
-                stop_reason = "eos"
-                config_max = 0
-            else:
-                generated.append(first)
-                ids.append(first)
-                config_max = config.max_new_tokens
-                if on_tokens is not None:
-                    on_tokens(list(generated))
-                if stop is not None and stop(list(generated)):
-                    stop_reason = "stop"
-                    config_max = 0
-        else:
-            config_max = 0
-        while len(generated) < config_max:
-            if cancel is not None and cancel.is_set():
-                stop_reason = "cancelled"
-                break
-            room = config.max_new_tokens - len(generated) - 1  # the target adds one token per round
-            proposal = Proposal()
-            if draft is not None and room > 0:
-                k = sched.next_k()
-                if calibrated:
-                    # The draft's confidences are calibrated acceptance probabilities: let the per-token
-                    # cost rule in _draft end the draft instead of a length guessed from past rounds.
-                    k = max(k, sched.config.k_max)
-                k = min(k, room)
-                if k > 0 and want_feats and feats.rows is not None:
-                    draft.set_features(feats.start, feats.rows)  # type: ignore[attr-defined]
-                if k > 0:
-                    td = time.perf_counter()
-                    proposal = self._draft(draft, ids, generated, k, sched, config, is_key, stats, generator)
-                    stats.t_draft += time.perf_counter() - td
-                    # (A calibrated draft's own probabilities already priced every token it kept.)
-                    if not calibrated and not sched.worth(len(proposal.tokens)):
-                        # Cut short by tau to a length whose verify costs more than it can save.
-                        proposal = Proposal()
-            tv = time.perf_counter()
-            base = cache_len(cache)
-            layout = self._layout(proposal, config, sched)
-            logits, h = self._forward([ids[-1]] + layout.tokens, cache, config.pad_to, want_feats, layout)
-            stats.target_forwards += 1
-            alt_row: int | None = None
-            if config.temperature > 0:
-                m, nxt = self._accept_sampled(
-                    logits, proposal.tokens, proposal.dists or [], config, generator
-                )
-            elif layout.alternates:
-                m, alt_row, nxt = layout.accept(torch.argmax(logits[:, : self.vocab_size], dim=-1).tolist())
-            else:
-                m, nxt = self._accept_greedy(logits, proposal.tokens, config)
-            kept = [ids[-1]] + proposal.tokens[:m]
-            if alt_row is not None:
-                # The accepted alternate's keys sit after the chain's: move them next to the accepted
-                # chain tokens, where its position id already says it belongs.
-                move_entry(cache, base + alt_row, base + 1 + m)
-                kept.append(layout.tokens[alt_row - 1])
-                stats.alt_accepted += 1
-            crop(cache, base + len(kept))
-            if h is not None:
-                rows = h[: m + 1] if alt_row is None else torch.cat([h[: m + 1], h[alt_row : alt_row + 1]])
-                feats.add(rows)  # the pending token and the accepted drafts
-            stats.t_verify += time.perf_counter() - tv
-            if proposal.tokens:
-                sched.update(len(proposal.tokens), m)
-                # Token i was judged with every earlier one accepted when i <= m (the first rejected ends it).
-                stats.calibration.extend((c, i < m) for i, c in enumerate(proposal.confidence[: m + 1]))
-            stats.proposed += len(proposal.tokens)
-            stats.alt_proposed += len(layout.alternates)
-            stats.accepted += len(kept) - 1
-            stats.accepted_hist[len(kept) - 1] += 1
-            new = kept[1:] + [nxt]
-            finished = False
-            for tok in new:
-                if tok in eos_ids:
-                    stop_reason = "eos"
-                    finished = True
-                    break
-                generated.append(tok)
-                ids.append(tok)
-                if len(generated) >= config.max_new_tokens:
-                    break
-            if finished:
-                break
-            if on_tokens is not None:
-                on_tokens(list(generated))
-            if stop is not None and stop(list(generated)):
-                stop_reason = "stop"
-                break
+    # ------------------------------------------------------------------------------------ one round
+    def _round(self, call: _Call, state: _State) -> None:
+        """Draft, verify in one target forward, accept, roll back, emit: at least one new token."""
+        proposal = self._propose(call, state)
+        tv = time.perf_counter()
+        layout, verdict = self._verify(call, state, proposal)
+        state.stats.t_verify += time.perf_counter() - tv
+        kept = self._record(state, proposal, layout, verdict)
+        self._emit(call, state, kept + [verdict.next_token])
 
-        stats.new_tokens = len(generated)
+    def _propose(self, call: _Call, state: _State) -> Proposal:
+        """The round's draft, or an empty one (no draft, no room before the cap, or not worth it)."""
+        draft, sched = call.draft, state.sched
+        room = call.config.max_new_tokens - len(state.generated) - 1  # the target adds one token per round
+        if draft is None or room <= 0:
+            return Proposal()
+        k = sched.next_k()
+        if call.calibrated:
+            # The draft's confidences are calibrated acceptance probabilities: let the per-token cost
+            # rule in DraftRound end the draft instead of a length guessed from past rounds.
+            k = max(k, sched.config.k_max)
+        k = min(k, room)
+        if k <= 0:
+            return Proposal()
+        if call.want_feats and state.feats.rows is not None:
+            draft.set_features(state.feats.start, state.feats.rows)  # type: ignore[attr-defined]
+        td = time.perf_counter()
+        rnd = DraftRound(draft, sched, call.config, call.is_key, state.stats, self._draft_ms, state.generator)
+        proposal = rnd.run(state.ids, state.generated, k)
+        state.stats.t_draft += time.perf_counter() - td
+        # (A calibrated draft's own probabilities already priced every token it kept.)
+        if not call.calibrated and not sched.worth(len(proposal.tokens)):
+            return Proposal()  # cut short by tau to a length whose verify costs more than it can save
+        return proposal
+
+    def _verify(self, call: _Call, state: _State, proposal: Proposal) -> tuple[VerifyLayout, Verdict]:
+        """Score ``[pending] + layout`` in ONE target forward, judge the draft, roll the cache back."""
+        base = cache_len(state.cache)
+        layout = self._layout(proposal, call.config, state.sched)
+        logits, h = self._forward(
+            [state.ids[-1]] + layout.tokens, state.cache, call.config.pad_to, call.want_feats, layout
+        )
+        state.stats.target_forwards += 1
+        verdict = self._accept(logits, proposal, layout, call.config, state.generator)
+        self._rollback(state, base, verdict, h)
+        return layout, verdict
+
+    def _accept(
+        self,
+        logits: torch.Tensor,
+        proposal: Proposal,
+        layout: VerifyLayout,
+        config: DecodeConfig,
+        generator: torch.Generator | None,
+    ) -> Verdict:
+        """The acceptance rule for this round: sampled, tree (alternates are laid out under greedy,
+        lossless decoding only) or greedy (with the opt-in relaxed threshold)."""
+        if config.temperature > 0:
+            m, nxt = self._accept_sampled(logits, proposal.tokens, proposal.dists or [], config, generator)
+            return Verdict(m, nxt)
+        if layout.alternates:
+            return tree_accept(torch.argmax(logits[:, : self.vocab_size], dim=-1).tolist(), layout)
+        relaxed = config.relaxed_threshold if config.relaxed else None
+        return greedy_accept(logits, proposal.tokens, self.vocab_size, relaxed)
+
+    def _accept_sampled(
+        self,
+        logits: torch.Tensor,
+        draft: list[int],
+        dists: list[torch.Tensor | None],
+        config: DecodeConfig,
+        generator: torch.Generator | None,
+    ) -> tuple[int, int]:
+        """(accepted, next token) by speculative sampling; a seam the tests replace with broken rules
+        to show that the distribution tests catch them."""
+        v = sampled_accept(logits, draft, dists, config.temperature, self.vocab_size, generator)
+        return v.accepted, v.next_token
+
+    def _rollback(self, state: _State, base: int, verdict: Verdict, h: torch.Tensor | None) -> None:
+        """Crop the target cache (from ``base``, its length before the verify) to the pending token and
+        the accepted drafts, and keep their feature rows."""
+        m, alt_row = verdict.accepted, verdict.alt_row
+        kept = 1 + m
+        if alt_row is not None:
+            # The accepted alternate's keys sit after the chain's: move them next to the accepted chain
+            # tokens, where its position id already says it belongs.
+            move_entry(state.cache, base + alt_row, base + 1 + m)
+            kept += 1
+        crop(state.cache, base + kept)
+        if h is not None:
+            rows = h[: m + 1] if alt_row is None else torch.cat([h[: m + 1], h[alt_row : alt_row + 1]])
+            state.feats.add(rows)
+
+    def _record(self, state: _State, proposal: Proposal, layout: VerifyLayout, verdict: Verdict) -> list[int]:
+        """Feed the round to the scheduler and the stats; the draft tokens kept (an alternate last)."""
+        m, alt_row, stats = verdict.accepted, verdict.alt_row, state.stats
+        kept = proposal.tokens[:m]
+        if alt_row is not None:
+            kept = kept + [layout.tokens[alt_row - 1]]
+            stats.alt_accepted += 1
+        if proposal.tokens:
+            state.sched.update(len(proposal.tokens), m)
+            # Token i was judged with every earlier one accepted when i <= m (the first rejected ends it).
+            stats.calibration.extend((c, i < m) for i, c in enumerate(proposal.confidence[: m + 1]))
+        stats.proposed += len(proposal.tokens)
+        stats.alt_proposed += len(layout.alternates)
+        stats.accepted += len(kept)
+        stats.accepted_hist[len(kept)] += 1
+        return kept
+
+    # ------------------------------------------------------------------------------------- the end
+    def _emit(self, call: _Call, state: _State, tokens: list[int]) -> None:
+        """Append new tokens up to an EOS (which ends the call, unstreamed) or the token cap, then
+        stream them and ask the stop rule."""
+        for tok in tokens:
+            if tok in call.eos_ids:
+                state.stop_reason = "eos"
+                return
+            state.generated.append(tok)
+            state.ids.append(tok)
+            if len(state.generated) >= call.config.max_new_tokens:
+                break
+        if call.on_tokens is not None:
+            call.on_tokens(list(state.generated))
+        if call.stop is not None and call.stop(list(state.generated)):
+            state.stop_reason = "stop"
+
+    def _finish(self, call: _Call, state: _State, t0: float) -> DecodeResult:
+        """Close the stats and give the target cache back to the prefix cache."""
+        stats, sched, cache = state.stats, state.sched, state.cache
+        stats.new_tokens = len(state.generated)
         stats.k_trace = list(sched.k_trace)
         stats.tau_trace = [round(t, 4) for t in sched.tau_trace]
-        stats.stop_reason = stop_reason
+        stats.stop_reason = state.stop_reason or "max_tokens"
         if self.prefix_cache is not None and cache_len(cache) > 0:  # cancelled before any slice: nothing
             # The cache may cover tokens past an EOS or the token cap; store exactly what it covers.
-            full = prompt + generated
+            full = call.prompt + state.generated
             covered = min(cache_len(cache), len(full))
             crop(cache, covered)
-            self.prefix_cache.put(full[:covered], cache, feats.upto(covered))
+            self.prefix_cache.put(full[:covered], cache, state.feats.upto(covered))
         stats.t_total = time.perf_counter() - t0
-        return DecodeResult(tokens=generated, stats=stats, scheduler_state=sched.state())
+        return DecodeResult(tokens=state.generated, stats=stats, scheduler_state=sched.state())

@@ -1,0 +1,151 @@
+"""The draft half of a decode round: fill up to k positions, step by step, and stop where guessing on
+stops paying (DESIGN.md §2, step 2).
+
+A step is autoregressive (one token) at a key position and parallel (several tokens from one draft
+forward or a lookup) elsewhere. After every token the stop rule asks whether the next one is worth its
+draft forward and verify slot: the seed's tau rule (an unsure token ends the round unless the cost model
+says it pays), or, for a calibrated draft, the cost rule at the running acceptance rate.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+import torch
+
+from dspark_lsp.engine.config import DecodeConfig
+from dspark_lsp.engine.draft import DraftSource, Proposal
+from dspark_lsp.engine.scheduler import ConfidenceScheduler
+from dspark_lsp.engine.stats import DecodeStats
+
+KeyFn = Callable[[list[int]], bool]  # generated ids so far -> is the next position a key position?
+
+T = TypeVar("T")
+
+
+def _at(items: Sequence[T] | None, i: int, default: T) -> T:
+    """``items[i]``, or ``default`` where a source left its optional list short or out."""
+    return items[i] if items is not None and i < len(items) else default
+
+
+class DraftRound:
+    """One round's drafting: the proposal built so far and what the stop rule needs to judge it.
+
+    ``draft_ms`` is the decoder's smoothed ms per draft forward by source name (kept across calls, so
+    the cost rule prices a forward before this call has measured one); this round updates it."""
+
+    def __init__(
+        self,
+        draft: DraftSource,
+        sched: ConfidenceScheduler,
+        config: DecodeConfig,
+        is_key: KeyFn | None,
+        stats: DecodeStats,
+        draft_ms: dict[str, float],
+        generator: torch.Generator | None,
+    ) -> None:
+        self.draft, self.sched, self.config, self.is_key = draft, sched, config, is_key
+        self.stats, self.draft_ms, self.generator = stats, draft_ms, generator
+        self.name = str(getattr(draft, "name", "draft"))
+        self.calibrated = bool(getattr(draft, "calibrated", False))
+        self.by_cost = self.calibrated and sched.config.calibrated_stop == "cost"
+        self.tau = sched.tau  # fixed for the round: the scheduler moves tau only between rounds
+        self.cum = 1.0  # the draft's own probability that every token so far is right
+        self.out = Proposal(dists=[] if config.temperature > 0 else None, alternates=[])
+
+    def run(self, ids: list[int], generated: list[int], k: int) -> Proposal:
+        """Up to ``k`` tokens after ``ids`` (``generated``: its tail this call produced, which the
+        key-position test reads)."""
+        key_cut = False  # the last block stopped at a position already classified as key
+        while len(self.out.tokens) < k:
+            parallel = self._parallel(generated, key_cut)
+            want = k - len(self.out.tokens) if parallel else 1
+            p = self._step(ids, want, parallel)
+            if not p.tokens:
+                break
+            key_cut, low_confidence = self._keep(p, want, parallel, generated)
+            # Neither a key cut (the next step drafts that key position) nor a source that returned
+            # fewer tokens than asked (a lookup that ran out, a draft that stopped at its own tau) ends
+            # the round: whether to draft on is the stop rule's call, and the next step starts from an
+            # exact context instead of a blind mask guess.
+            if low_confidence:
+                break
+        return self.out
+
+    def _parallel(self, generated: list[int], key_cut: bool) -> bool:
+        """Whether the next step drafts several tokens at once: never at a key position in semi mode
+        (a block there was just cut, or the syntax says so)."""
+        if self.config.draft_mode == "ar" or not self.draft.supports_parallel:
+            return False
+        if self.config.draft_mode == "parallel":
+            return True
+        if key_cut:
+            return False
+        return not (self.is_key(generated + self.out.tokens) if self.is_key is not None else False)
+
+    def _step(self, ids: list[int], want: int, parallel: bool) -> Proposal:
+        """One draft call, timed per forward for the cost rule and counted in the stats."""
+        t0 = time.perf_counter()
+        p = self.draft.propose(ids + self.out.tokens, want, parallel=parallel, tau=self.tau,
+                               temperature=self.config.temperature, generator=self.generator)
+        if p.forwards > 0:
+            ms = (time.perf_counter() - t0) * 1000 / p.forwards
+            old = self.draft_ms.get(self.name)
+            self.draft_ms[self.name] = ms if old is None else 0.8 * old + 0.2 * ms
+        self.stats.draft_forwards += p.forwards
+        if parallel:
+            self.stats.draft_steps_parallel += 1
+        else:
+            self.stats.draft_steps_ar += 1
+        return p
+
+    def _keep(self, p: Proposal, want: int, parallel: bool, generated: list[int]) -> tuple[bool, bool]:
+        """Move the step's tokens into the round while the stop rule allows: (cut at a key position,
+        stopped for low confidence)."""
+        tokens = p.tokens[:want]
+        for i, tok in enumerate(tokens):
+            conf = _at(p.confidence, i, 1.0)
+            n = len(self.out.tokens)
+            # Semi-autoregressive: a parallel block ends where the text reaches a key position (a guess
+            # there, made blind to the tokens before it, is the least likely to land); the next step
+            # drafts that position autoregressively. A free lookup is not cut.
+            if (
+                i > 0 and parallel and p.forwards > 0 and self.config.draft_mode == "semi"
+                and self.is_key is not None and self.is_key(generated + self.out.tokens)
+            ):
+                return True, False
+            self.cum *= conf
+            if self._stop_before(n, conf):
+                return False, True
+            self._append(p, i, int(tok), conf)
+            # A token already in this step costs no further draft forward; the next step would.
+            more_ms = 0.0 if i + 1 < len(tokens) else self.draft_ms.get(self.name, 0.0)
+            if self._stop_after(n, conf, more_ms):
+                return False, True
+        return False, False
+
+    def _stop_before(self, n: int, conf: float) -> bool:
+        """Is token number n + 1 (confidence ``conf``) not worth keeping? The first token of a round is
+        always kept under tau: verifying 2 tokens costs about what 1 does on a memory-bound CPU, so a
+        weak guess is nearly free; a calibrated confidence is trusted to say when even that is not."""
+        if self.by_cost:
+            return not self.sched.pays_at_rate(n + 1, self.cum, 0.0)
+        return conf < self.tau and (n > 0 or self.calibrated) and not self.sched.pays(n + 1, self.cum, 0.0)
+
+    def _stop_after(self, n: int, conf: float, more_ms: float) -> bool:
+        """Having kept token n + 1, is drafting token n + 2 not worth ``more_ms`` of draft time and its
+        verify slot? Its own confidence is not known yet: this one's is the best guess of it."""
+        if self.by_cost:
+            return not self.sched.pays_at_rate(n + 2, self.cum * conf, more_ms)
+        return conf < self.tau and not self.sched.pays(n + 2, self.cum, more_ms)
+
+    def _append(self, p: Proposal, i: int, tok: int, conf: float) -> None:
+        out = self.out
+        out.tokens.append(tok)
+        out.confidence.append(conf)
+        assert out.alternates is not None
+        out.alternates.append(_at(p.alternates, i, []))
+        if out.dists is not None:
+            out.dists.append(_at(p.dists, i, None))
