@@ -136,6 +136,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
+    saved = None
+    if args.reuse:
+        # Checked before the model loads: a saved run that cannot be reused is a one-line error at once.
+        from dspark_lsp.evaluation.reuse import check_compatible, load_saved
+
+        saved = load_saved(args.reuse)
+        check_compatible(saved, {k: v for k, v in asdict(cfg).items() if k != "SETTINGS"}, args.raw_max_tokens)
     log = (lambda m: None) if args.quiet else _log
     log(f"{len(problems)} problems; loading {args.model}")
     t_start = time.perf_counter()
@@ -159,12 +166,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         "raw_max_tokens": args.raw_max_tokens,
         "threads": args.threads,
     }
-    saved = None
-    if args.reuse:
-        from dspark_lsp.evaluation.reuse import check_compatible, load_saved
-
-        saved = load_saved(args.reuse)
-        check_compatible(saved, settings["service"], args.raw_max_tokens)
+    if saved is not None:
         settings["reused_from"] = args.reuse
     records = []
     t_loop = time.perf_counter()
