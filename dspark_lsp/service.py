@@ -377,7 +377,8 @@ class CompletionService:
             return result
         fp = build_fim_prompt(req.text, req.offset, self.tokenizer, self.fim, context_window=cfg.context_window,
                               prefix_share=cfg.prefix_share)
-        return _Prepared(t0, before, after, scope, fp, doc.generation(req.offset, scope))
+        tracker = doc.generation(req.offset, scope, continue_lines=cfg.multiline == "auto")
+        return _Prepared(t0, before, after, scope, fp, tracker)
 
     def complete(
         self,
@@ -422,7 +423,8 @@ class CompletionService:
             while len(self._sched_state) > self.SHOWN_CACHE:
                 self._sched_state.popitem(last=False)
         full_text = decode_text(res.tokens)
-        text, cut = finish_text(tracker, full_text, after, scope.value)
+        text, cut = finish_text(tracker, full_text, after)
+        scope = tracker.scope
         ids = _ids_covering(res.tokens, len(text), decode_text)
         st = res.stats
         latency = (time.perf_counter() - t0) * 1000
@@ -530,22 +532,36 @@ def decide_scope(doc: Any, offset: int, multiline: str) -> Any:
     return scope
 
 
-def finish_text(tracker: Any, full_text: str, after: str, scope: str) -> tuple[str, int | None]:
+def finish_text(tracker: Any, full_text: str, after: str) -> tuple[str, int | None]:
     """What the user is shown of the decoded ``full_text``: cut where the stop rules say (the cut index,
-    or None), then cleaned against the text after the cursor. `eval --rescore` re-runs this offline."""
+    or None), then cleaned against the text after the cursor. `eval --rescore` re-runs this offline.
+    The clean-up follows the scope the completion ended with (``tracker.scope``: a single-line one may
+    have continued onto the next lines)."""
     cut = tracker.stop_index(full_text, final=True)
     text = full_text if cut is None else full_text[:cut]
-    return _clean(text, after, scope), cut
+    return _clean(text, after, tracker.scope.value, tracker.line_before), cut
 
 
-def _clean(text: str, after: str, scope: str) -> str:
-    """Drop what would duplicate the text right after the cursor, and trailing blank space."""
+def _clean(text: str, after: str, scope: str, line_before: str = "") -> str:
+    """Drop what would duplicate the text right after the cursor, and trailing blank space.
+
+    On a single line, an ending equal to the rest of the line is dropped unless the brackets say it is
+    the completion's own: kept, the line balances; dropped, it would not. The stop rules have often cut
+    the re-typed rest already, and dropping the same closer again broke the line (``len(`` +
+    ``set(s.lower())`` -> ``set(s.lower()``; eval, HumanEval/16 and /116)."""
+    from dspark_lsp.syntax.stops import brackets_balanced
+
     line_rest = after.split("\n", 1)[0].rstrip("\r")
     if scope == "single_line":
         text = text.split("\n", 1)[0].rstrip("\r")
         stripped = line_rest.strip()
         if stripped and text.rstrip().endswith(stripped):
-            text = text.rstrip()[: len(text.rstrip()) - len(stripped)]
+            kept = text.rstrip()[: len(text.rstrip()) - len(stripped)]
+            own = brackets_balanced(line_before + text + line_rest) and not brackets_balanced(
+                line_before + kept + line_rest
+            )
+            if not own:
+                text = kept
         return text.rstrip() if not line_rest.strip() else text
     return text.rstrip()
 

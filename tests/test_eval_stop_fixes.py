@@ -56,6 +56,24 @@ CASES: list[tuple[str, str, str, str | None]] = [
         "        return 'No'\n    return 'Yes'\n",
         "        return 'No'",
     ),
+    # A completion never ends on a header whose body is missing: the suffix rule cut before
+    # ``count += 1`` and left ``if ...:`` bodiless (HumanEval/146 L4, /132 L8).
+    (
+        "python",
+        "def f(nums):\n    count = 0\n    for num in nums:\n        if num > 10:\n<|>\n"
+        "            s = str(num)\n            if int(s[0]) in odd:\n                count += 1\n    return count\n",
+        "            odd = [1, 3, 5]\n            if num % 10 in odd:\n                count += 1\n",
+        "            odd = [1, 3, 5]",
+    ),
+    # The suffix two steps deeper than a header is not that header's body: the body's own block is still
+    # to be opened, so the completion goes on until it re-types the suffix (HumanEval/106 L1, /3 L2).
+    (
+        "python",
+        "def f(n):\n    ret = []\n<|>\n            for j in range(i): x *= j\n            ret += [x]\n"
+        "        else:\n            x = 0\n    return ret\n",
+        "    for i in range(n):\n        if i % 2 == 0:\n            x = 1\n            for j in range(i): x *= j\n",
+        "    for i in range(n):\n        if i % 2 == 0:\n            x = 1",
+    ),
     # Not when the suffix is at the completion's own depth: a new block is being written.
     (
         "python",
@@ -109,3 +127,78 @@ def test_single_line_cut_does_not_depend_on_rounds(doc_text: str, generated: str
                 break
         cuts.add(generated[: cut if cut is not None else tracker.stop_index(generated, final=True)])
     assert cuts == {want}
+
+
+# At the end of a written line a single-line completion may go on to the next lines: when it starts
+# with a line break (the next statements; HumanEval span /31, /13, /98 came out empty) or finishes a
+# block header (then its body; span /18). (document, model output, kept text, kept without it)
+CONTINUATIONS: list[tuple[str, str, str, str]] = [
+    (
+        "def f(n):\n    if n < 2:\n        return False<|>\n    return True\n",
+        "\n    for i in range(2, n):\n        if n % i == 0:\n            return False\n    return True\n",
+        "\n    for i in range(2, n):\n        if n % i == 0:\n            return False",
+        "",
+    ),
+    (
+        "def f(s, sub):\n    times = 0\n    for i in range(<|>\n    return times\n",
+        "len(s)):\n        if s[i] == sub:\n            times += 1\n\n    return times\n",
+        "len(s)):\n        if s[i] == sub:\n            times += 1",
+        "len(s)):",
+    ),
+    # Any other first line ends it as before.
+    ("def f(a):\n    x = compute(<|>\n", "a)\n    y = 2\n", "a)", "a)"),
+    # Text after the cursor, or a comment: the line is all there is.
+    ("def f(a):\n    x = foo(<|>)\n", "a)\n    y = 2\n", "a", "a"),
+    ("def f(a):\n    x = 1  # note<|>\n", "\n    y = 2\n", "", ""),
+]
+
+
+def _cut_text(tracker: object, generated: str, step: int) -> str:
+    cut = None
+    for end in range(step, len(generated) + step, step):
+        cut = tracker.stop_index(generated[:end])  # type: ignore[attr-defined]
+        if cut is not None:
+            break
+    if cut is None:
+        cut = tracker.stop_index(generated, final=True)  # type: ignore[attr-defined]
+    return generated if cut is None else generated[:cut]
+
+
+@pytest.mark.parametrize(("doc_text", "generated", "want", "want_single"), CONTINUATIONS)
+@pytest.mark.parametrize("step", [1, 4, 1000])
+def test_single_line_completion_continues_to_next_lines(
+    doc_text: str, generated: str, want: str, want_single: str, step: int
+) -> None:
+    from dspark_lsp.syntax import Scope
+
+    offset = doc_text.index(CURSOR)
+    doc = SyntaxDocument(doc_text.replace(CURSOR, "", 1), "python")
+    scope = doc.completion_scope(offset)
+    assert scope is Scope.SINGLE_LINE
+    tracker = doc.generation(offset, scope, continue_lines=True)
+    assert _cut_text(tracker, generated, step) == want
+    assert tracker.scope is (Scope.MULTI_LINE if "\n" in want else Scope.SINGLE_LINE)
+    # The multiline "never" setting (continue_lines off) keeps the cursor's line only.
+    assert _cut_text(doc.generation(offset, scope), generated, step) == want_single
+
+
+@pytest.mark.parametrize(
+    ("doc_text", "generated", "want"),
+    [
+        # The stop rules cut the re-typed ")" already; the clean-up must not take the completion's own
+        # closing ")" as a second copy (HumanEval span /16, /116).
+        ("def f(s):\n    return len(<|>)\n", "set(s.lower()))\n", "set(s.lower())"),
+        # The rules could not cut it (the line's "(" is before the cursor): the clean-up drops the copy.
+        ("def f(l):\n    return [(e<|>]\n", " + 1) for e in l]\n", " + 1) for e in l"),
+        ("def f(l):\n    return foo(<|>)\n", "a, b)\n", "a, b"),
+    ],
+)
+def test_clean_up_keeps_the_completions_own_closer(doc_text: str, generated: str, want: str) -> None:
+    from dspark_lsp.service import finish_text
+
+    offset = doc_text.index(CURSOR)
+    text = doc_text.replace(CURSOR, "", 1)
+    doc = SyntaxDocument(text, "python")
+    tracker = doc.generation(offset, doc.completion_scope(offset), continue_lines=True)
+    shown, _cut = finish_text(tracker, generated, text[offset:])
+    assert shown == want

@@ -31,9 +31,9 @@ def recut(
         return "", scope.value
     ids = raw_ids[:max_new_tokens]
     full = str(tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False))
-    tracker = doc.generation(problem.offset, scope)
-    text, _ = finish_text(tracker, full.rstrip("\ufffd"), problem.text[problem.offset :], scope.value)
-    return text, scope.value
+    tracker = doc.generation(problem.offset, scope, continue_lines=multiline == "auto")
+    text, _ = finish_text(tracker, full.rstrip("\ufffd"), problem.text[problem.offset :])
+    return text, tracker.scope.value
 
 
 def rescore(

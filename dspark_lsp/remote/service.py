@@ -139,7 +139,7 @@ class RemoteCompletionService(CompletionService):
         body = self.request_body(fp.text, scope.value, req.max_new_tokens)
         answer = self.client.complete(body, cancel=cancel, on_text=on_chunk)
         full_text, _marker = self._before_marker(answer.text)
-        text, cut = ("", None) if answer.cancelled else finish_text(tracker, full_text, after, scope.value)
+        text, cut = ("", None) if answer.cancelled else finish_text(tracker, full_text, after)
         stats: dict[str, Any] = {
             "latency_ms": round((time.perf_counter() - t0) * 1000, 2),
             "seconds": round(answer.total_ms / 1000, 4),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tree_sitter import Parser, Tree
 
 from dspark_lsp.errors import UserError
@@ -12,7 +14,7 @@ from dspark_lsp.syntax.languages import LanguageSpec, LoadedLanguage, load_langu
 from dspark_lsp.syntax.lexer import CODE, Lexicon, LexState, state_for_text_node
 from dspark_lsp.syntax.scope import Scope, completion_scope, previous_code_line
 from dspark_lsp.syntax.stops import CursorFacts
-from dspark_lsp.syntax.textutil import byte_offset, indent_width, point_at, strip_cr
+from dspark_lsp.syntax.textutil import byte_offset, indent_step, indent_width, point_at, strip_cr
 from dspark_lsp.syntax.treequery import TreeQuestions
 
 RECENT_LINES = 3
@@ -133,13 +135,23 @@ class SyntaxDocument:
             suffix_lines=tuple(ln.strip() for ln in following[:SUFFIX_LINES]),
             suffix_indent=indent_width(strip_cr(following[0])) if following else None,
             openers=tuple(openers),
+            # Read near the cursor (a bounded slice): the step there is the one the completion continues.
+            indent_step=indent_step(text[line_start - min(line_start, 8000) : line_end + 2000])
+            if scope is Scope.MULTI_LINE
+            else None,
         )
 
-    def generation(self, offset: int, scope: Scope) -> GenerationTracker:
-        """A decode-time view of ``text[:offset] + generated`` (a snapshot: later edits don't affect it)."""
+    def generation(self, offset: int, scope: Scope, continue_lines: bool = False) -> GenerationTracker:
+        """A decode-time view of ``text[:offset] + generated`` (a snapshot: later edits don't affect it).
+
+        ``continue_lines``: a single-line completion at the end of a written line may go on to the next
+        lines when it starts with a line break or completes a block header (see ``CursorFacts``)."""
         self._check_offset(offset)
         if not isinstance(scope, Scope):
             raise UserError(f"scope must be a Scope, not {scope!r}")
+        facts = self.cursor_facts(offset, scope)
+        if continue_lines and scope is Scope.SINGLE_LINE:
+            facts = replace(facts, continuation=self.cursor_facts(offset, Scope.MULTI_LINE))
         text = self._text
         prefix = text[:offset]
         prefix_b = byte_offset(text, offset)
@@ -155,7 +167,7 @@ class SyntaxDocument:
             loaded=self._loaded,
             tree=tree,
             prefix=prefix,
-            facts=self.cursor_facts(offset, scope),
+            facts=facts,
             words=self.words().copy(),
             lexicon=self._lexicon,
         )

@@ -12,6 +12,7 @@ from dspark_lsp.syntax.incremental import IncrementalTree
 from dspark_lsp.syntax.keys import WORD_RE, WordIndex, is_key_at_end
 from dspark_lsp.syntax.languages import LoadedLanguage
 from dspark_lsp.syntax.lexer import Lexicon, LexState, strip_comment
+from dspark_lsp.syntax.scope import Scope
 from dspark_lsp.syntax.stops import CursorFacts, StopConfig, StopRules
 from dspark_lsp.syntax.textutil import Point, advance_point, indent_width, point_at, strip_cr
 from dspark_lsp.syntax.treequery import TreeQuestions
@@ -133,6 +134,16 @@ class GenerationTracker:
             self._prefix_bytes + self._gen_bytes,
             self._expected_indent,
         )
+
+    @property
+    def line_before(self) -> str:
+        """The cursor's line up to the cursor."""
+        return self._facts.line_before
+
+    @property
+    def scope(self) -> Scope:
+        """The completion's scope as decoded so far (a single-line one may have continued to more lines)."""
+        return self._stops.scope
 
     def stop_index(self, generated: str, final: bool = False) -> int | None:
         """Where to cut the completion (``generated[:i]``), or None to keep going.

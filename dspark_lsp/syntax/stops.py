@@ -53,6 +53,11 @@ class StopConfig:
     # suffix's own (``return 'Yes'`` ahead of the checks after the hole; eval --rescore, single-line
     # set: pass@1 0.40 off, 0.35 on).
     dedent_with_suffix: bool = False
+    # An indent-block completion never ends on a header whose body is missing: when it would end right
+    # after ``if x:`` / ``for ...:`` and the code after the cursor does not start deeper (so it is not
+    # that body), the header goes too. A bodiless header is a syntax error in the user's file (eval,
+    # HumanEval/146 and /132: a second line ``if ...:`` cut off before its body by the suffix rule).
+    drop_open_header: bool = True
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,12 @@ class CursorFacts:
     suffix_lines: tuple[str, ...] = ()  # the first non-blank lines after the cursor's line, stripped
     suffix_indent: int | None = None  # indentation of the first of them (None: no code follows)
     openers: tuple[str, ...] = (":", "{")  # line endings that open a block
+    indent_step: int | None = None  # the document's indentation step (None: unknown)
+    # The multi-line facts a single-line completion switches to when it goes on past the cursor's line:
+    # at the end of a written line, a completion that starts with a line break (the next statements)
+    # or that finishes a block header (``for i in range(`` + ``n):``, then its body). Without it such
+    # completions showed nothing or a bodiless header (eval, random-span set: 6 of 65 holes empty so).
+    continuation: CursorFacts | None = None
 
 
 def brackets_balanced(text: str) -> bool:
@@ -93,12 +104,19 @@ class StopRules:
     """Feed it the whole generated text each call; it only looks at what is new."""
 
     def __init__(self, facts: CursorFacts, lexicon: Lexicon, config: StopConfig | None = None) -> None:
+        self._initial_facts = facts
         self.facts = facts
         self.lexicon = lexicon
         self.config = config or StopConfig()
         self._reset()
 
+    @property
+    def scope(self) -> Scope:
+        """The scope the completion has now (single-line until it continues onto further lines)."""
+        return self.facts.scope
+
     def _reset(self) -> None:
+        self.facts = self._initial_facts
         self._text = ""
         self._stop: int | None = None
         self._line_start = 0  # index in the generated text where the current line starts
@@ -106,6 +124,7 @@ class StopRules:
         self._state = self.facts.start_state  # lexical state at the current line's start
         self._depth = 0  # brace depth at the current line's start
         self._kept_end = 0  # end of the last non-blank line: where a "cut before this line" lands
+        self._before_header: int | None = None  # set when the last kept line opens a block: the end before it
         self._content_lines = 0
         self._blank_since_content = False
         self._min_indent: int | None = None
@@ -128,6 +147,8 @@ class StopRules:
             self._check_partial(partial, final)
             if self._stop is None and final and partial.strip():
                 self._complete_line(partial, len(generated))
+            if self._stop is None and final and self._before_header is not None:
+                self._stop = self._cut_before_line()  # the text ends on a bodiless header
         return self._stop
 
     # -- single line -------------------------------------------------------------------------
@@ -172,9 +193,11 @@ class StopRules:
         facts = self.facts
         start = self._line_start
         if facts.scope is Scope.SINGLE_LINE:
-            cut = self._single_line_cut(strip_cr(line))
-            self._stop = cut if cut is not None else start + len(strip_cr(line))
-            return
+            if facts.continuation is None or not self._continues(strip_cr(line)):
+                cut = self._single_line_cut(strip_cr(line))
+                self._stop = cut if cut is not None else start + len(strip_cr(line))
+                return
+            self.facts = facts = facts.continuation  # from here on the multi-line rules judge it
         if facts.braces:
             self._scan_braces(line, start)
         else:
@@ -197,6 +220,18 @@ class StopRules:
         self._depth = depth[0]
         self._line_start = end + 1
         self._line_no += 1
+
+    def _continues(self, line: str) -> bool:
+        """Does a single-line completion whose first line is ``line`` go on to further lines?"""
+        facts = self.facts
+        if self._line_no != 0 or facts.line_after.strip() or not facts.line_before.strip():
+            return False  # text after the cursor, or a blank line (its scope was decided as single)
+        if not facts.start_state.is_code:
+            return False  # prose in a comment or string stays on its line
+        if not line.strip():
+            return True  # the completion starts on the next line
+        full = strip_comment(facts.line_before + line, self.lexicon).rstrip()
+        return full.endswith(facts.openers)
 
     def _full_line(self, line: str) -> str:
         return self.facts.line_before + line if self._line_no == 0 else line
@@ -223,7 +258,7 @@ class StopRules:
         i = hit[0]
         if self.facts.suffix_line.startswith("}") or self.facts.line_after.strip().startswith("}"):
             # The document already closes the block: cut before the brace (and before its line).
-            self._stop = self._kept_end if not line[:i].strip() else start + len(line[:i].rstrip())
+            self._stop = self._cut_before_line() if not line[:i].strip() else start + len(line[:i].rstrip())
         else:
             self._stop = start + i + 1
 
@@ -237,18 +272,18 @@ class StopRules:
         opener = self.facts.opener_indent
         if self._min_indent is None:
             if opener is not None and indent <= opener and self._line_no > 0:
-                self._stop = self._kept_end  # the body would be empty: the model left the block at once
+                self._stop = self._cut_before_line()  # the body would be empty: the model left the block at once
                 return
             self._min_indent = indent
             return
         if indent < self._min_indent:
             floor = self._dedent_floor(self._min_indent)
             if floor is None or indent < floor:
-                self._stop = self._kept_end
+                self._stop = self._cut_before_line()
                 return
             self._min_indent = indent
         if indent == 0 and self._blank_since_content and self._content_lines > 0:
-            self._stop = self._kept_end
+            self._stop = self._cut_before_line()
 
     def _line_rules(self, line: str, start: int) -> None:
         facts = self.facts
@@ -264,10 +299,10 @@ class StopRules:
             and self._blank_since_content
             and self._content_lines > 0
         ):
-            self._stop = self._kept_end  # a blank line, then a new top-level construct
+            self._stop = self._cut_before_line()  # a blank line, then a new top-level construct
             return
         if facts.suffix_line and stripped == facts.suffix_line and not _bracket_only(stripped):
-            self._stop = self._kept_end  # re-typing the code after the cursor
+            self._stop = self._cut_before_line()  # re-typing the code after the cursor
             return
         if (
             self._content_lines > 0  # a first line equal to a later suffix line can be the hole (eval)
@@ -275,7 +310,7 @@ class StopRules:
             and any(is_word_char(c) for c in stripped)
             and stripped in facts.suffix_lines[1 : self.config.suffix_window]
         ):
-            self._stop = self._kept_end  # re-typing the code a little after the cursor
+            self._stop = self._cut_before_line()  # re-typing the code a little after the cursor
             return
         if len(stripped) >= self.config.min_repeat_len and any(is_word_char(c) for c in stripped):
             # The cursor's own line counts once it is a fresh line (on "def f():|" it is the prefix's).
@@ -285,19 +320,39 @@ class StopRules:
             else:
                 repeated = stripped in facts.recent_lines[-self.config.repeat_window :]
             if fresh and repeated:
-                self._stop = self._kept_end
+                self._stop = self._cut_before_line()
                 return
             if self._seen[stripped] >= self.config.max_repeats:
-                self._stop = self._kept_end
+                self._stop = self._cut_before_line()
                 return
             self._seen[stripped] += 1
         if self._top_indent is None:
             self._top_indent = indent_width(self._full_line(line))
         self._content_lines += 1
         self._blank_since_content = False
+        self._before_header = self._kept_end if self._open_header(line) else None
         self._kept_end = start + len(line.rstrip())
         if self._opens_suffix_body(line):
             self._stop = self._kept_end
+
+    def _cut_before_line(self) -> int:
+        """Where a "cut before this line" lands: after the last kept line, or before it when that line
+        is a block header whose body would then be missing."""
+        if self._before_header is not None:
+            return self._before_header
+        return self._kept_end
+
+    def _open_header(self, line: str) -> bool:
+        """Is ``line`` (just kept) an indent-block header the suffix does not give a body to?"""
+        facts = self.facts
+        if not self.config.drop_open_header or facts.braces:
+            return False
+        if self._line_no == 0 and facts.line_before.strip():
+            return False  # the header was started by the user: not the completion's to drop
+        full = self._full_line(line)
+        if not strip_comment(full, self.lexicon).rstrip().endswith(facts.openers):
+            return False
+        return facts.suffix_indent is None or facts.suffix_indent <= indent_width(full)
 
     def _dedent_floor(self, min_indent: int) -> int | None:
         """The least indentation a dedent may reach without ending the completion (None: no dedent)."""
@@ -322,4 +377,9 @@ class StopRules:
         code = strip_comment(full, self.lexicon).rstrip()
         indent = indent_width(full)
         at_top = self._top_indent is None or indent <= self._top_indent
-        return at_top and code.endswith(facts.openers) and facts.suffix_indent > indent
+        # The suffix is this header's body only if it starts one step deeper: two steps deeper, it is
+        # the inside of a block the body has yet to open (``for i in x:`` over ``            x *= j``,
+        # eval, HumanEval/106 and /3).
+        step = facts.indent_step
+        deeper = facts.suffix_indent > indent and (step is None or facts.suffix_indent <= indent + step)
+        return at_top and code.endswith(facts.openers) and deeper

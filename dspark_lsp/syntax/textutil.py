@@ -41,6 +41,25 @@ def is_word_char(ch: str) -> bool:
     return ch.isalnum() or ch == "_"
 
 
+def indent_step(text: str, limit: int = 400) -> int | None:
+    """The document's indentation step: the most common positive increase from one non-blank line to
+    the next, over its first ``limit`` lines (None when nothing is indented)."""
+    counts: dict[int, int] = {}
+    previous: int | None = None
+    for n, line in enumerate(text.split("\n")):
+        if n >= limit:
+            break
+        if not line.strip():
+            continue
+        width = indent_width(line)
+        if previous is not None and width > previous:
+            counts[width - previous] = counts.get(width - previous, 0) + 1
+        previous = width
+    if not counts:
+        return None
+    return max(counts, key=lambda step: (counts[step], -step))
+
+
 def indent_width(line: str) -> int:
     """Visual width of the leading whitespace of ``line`` (tabs count TAB_WIDTH columns)."""
     width = 0
