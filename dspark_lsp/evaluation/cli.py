@@ -184,7 +184,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         a = rec.attempts["service"]
         verdict = "" if a.passed is None else (" pass" if a.passed else " fail")
         elapsed = time.perf_counter() - t_loop
-        eta = elapsed / max(decoded, 1) * (len(problems) - i) if decoded else 0.0
+        eta = elapsed / decoded * (len(problems) - i) if decoded else 0.0  # as if the rest all decode
         how = "reused" if rec.reused else f"{(a.latency_ms or 0) / 1000:.1f} s"
         log(
             f"[{i}/{len(problems)}] {problem.set} {problem.id}: {rec.scope}{verdict} ES {a.similarity:.2f} "

@@ -136,7 +136,7 @@ class SyntaxDocument:
             suffix_indent=indent_width(strip_cr(following[0])) if following else None,
             openers=tuple(openers),
             # Read near the cursor (a bounded slice): the step there is the one the completion continues.
-            indent_step=indent_step(text[line_start - min(line_start, 8000) : line_end + 2000])
+            indent_step=indent_step(text[max(0, line_start - 8000) : line_end + 2000])
             if scope is Scope.MULTI_LINE
             else None,
         )
