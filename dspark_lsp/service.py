@@ -19,7 +19,6 @@ from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
 from dspark_lsp.engine.costs import calibrate_forwards, cost_profile
 from dspark_lsp.engine.decode import SpeculativeDecoder
 from dspark_lsp.engine.draft import DraftSource
-from dspark_lsp.engine.model_draft import HybridDraftSource, ModelDraftSource, lookup_of
 from dspark_lsp.engine.ngram import NgramDraftSource
 from dspark_lsp.engine.prefix_cache import PrefixCache
 from dspark_lsp.errors import UserError
@@ -313,7 +312,10 @@ class CompletionService:
         else:
             if progress:
                 progress(f"loading draft {pair.draft}", 0.6)
-            draft = load_draft_source(pair.draft, target, config)
+            from dspark_lsp.drafts.load import load_draft_source
+
+            draft = load_draft_source(pair.draft, target, device=config.device, dtype=config.dtype,
+                                      cache_dir=config.cache_dir, pack=config.pack_weights)
         desc = f"{pair.target} + {pair.draft or pair.draft_kind}"
         release_load_temporaries()  # the draft's load-time copies, before calibration allocates more
         if progress and config.calibrate:
@@ -580,29 +582,8 @@ def set_lookup_corpus(draft: DraftSource | None, corpus: Callable[[], list[int]]
     """Let the draft's n-gram lookup (if it drafts with one) also search ``corpus()``: for a completion,
     the document outside the prompt window. ``corpus`` is called only when there is a lookup to take it.
     The benchmarks set their drafts up through this too."""
-    lookup = lookup_of(draft)
-    if lookup is not None:
-        lookup.extra_corpus = corpus()
-
-
-def load_draft_source(spec: str, target: Any, config: ServiceConfig) -> DraftSource:
-    """A trained DSpark draft (shipped name or a directory with draft_config.json), a feature draft
-    (feat_config.json; it reads this target's hidden states), or any HF causal LM.
-
-    Both are wrapped with n-gram lookup (HybridDraftSource): a confident match in the document is a free
-    parallel proposal; otherwise a trained draft uses its masked parallel step.
-    """
-    from dspark_lsp.trained_drafts import load_trained_draft, trained_draft_dir
-
-    where = trained_draft_dir(spec)
-    if where is not None:
-        return HybridDraftSource(load_trained_draft(where, target))
-    from dspark_lsp.models.loader import load_causal_lm
-
-    model, _tok = load_causal_lm(
-        spec, device=config.device, dtype=config.dtype, cache_root=config.cache_dir, pack=config.pack_weights
-    )
-    return HybridDraftSource(ModelDraftSource(model, int(target.config.vocab_size), name=spec))
+    if draft is not None:
+        draft.set_corpus(corpus)
 
 
 __all__ = [

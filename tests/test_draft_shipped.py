@@ -9,8 +9,8 @@ import pytest
 import torch
 from test_draft_helpers import prepared_default_target
 
-from dspark_lsp.draftnet.io import DEFAULT_DRAFT, WEIGHTS, resolve_draft_dir, shipped_drafts
-from dspark_lsp.draftnet.source import load_draft
+from dspark_lsp.drafts.io import DEFAULT_DRAFT, WEIGHTS, resolve_draft_dir, shipped_drafts
+from dspark_lsp.drafts.token.source import load_draft
 from dspark_lsp.training.acceptance import score
 
 FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE = 151659, 151661, 151660  # Qwen2.5-Coder ids

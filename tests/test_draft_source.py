@@ -7,10 +7,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dspark_lsp.draftnet.config import DraftNetConfig
-from dspark_lsp.draftnet.model import DraftNet
-from dspark_lsp.draftnet.source import TrainedDraftSource, load_draft
-from dspark_lsp.draftnet.vocab import MASK_ID, DraftVocab
+from dspark_lsp.drafts.token.config import DraftNetConfig
+from dspark_lsp.drafts.token.model import DraftNet
+from dspark_lsp.drafts.token.source import TrainedDraftSource, load_draft
+from dspark_lsp.drafts.vocab import MASK_ID, DraftVocab
 from dspark_lsp.engine.draft import DraftSource
 from dspark_lsp.errors import UserError
 
@@ -120,7 +120,7 @@ def test_empty_request_and_unknown_draft() -> None:
 
 
 def test_hybrid_prefers_a_solid_lookup_match_and_falls_back_to_the_model() -> None:
-    from dspark_lsp.engine.model_draft import HybridDraftSource
+    from dspark_lsp.drafts.hybrid import HybridDraftSource
 
     src = make_source()
     hybrid = HybridDraftSource(src)

@@ -11,18 +11,19 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dspark_lsp.drafts.causal_lm import ModelDraftSource
+from dspark_lsp.drafts.hybrid import HybridDraftSource
 from dspark_lsp.engine.alternates import Alternate, VerifyLayout, choose_alternates
 from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
 from dspark_lsp.engine.decode import SpeculativeDecoder
-from dspark_lsp.engine.draft import Proposal
-from dspark_lsp.engine.model_draft import HybridDraftSource, ModelDraftSource
+from dspark_lsp.engine.draft import DraftSource, Proposal
 from dspark_lsp.engine.ngram import NgramDraftSource
 from dspark_lsp.engine.prefix_cache import PrefixCache
 
 FLAT = {1: 1.0, 8: 1.0}  # a verify curve flat to 8 rows: every alternate slot is free
 
 
-class OffByOneDraft:
+class OffByOneDraft(DraftSource):
     """Proposes a wrong chain whose runner-up at each position is the target's greedy token (read from
     ``truth``, the target's own continuation of the prompt): every round the chain's first token fails
     and its alternate is what the target wants."""

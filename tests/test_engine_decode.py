@@ -11,18 +11,18 @@ from typing import Any
 import pytest
 import torch
 
+from dspark_lsp.drafts.causal_lm import ModelDraftSource
 from dspark_lsp.engine import decode as decode_module
 from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
 from dspark_lsp.engine.decode import SpeculativeDecoder
 from dspark_lsp.engine.draft import DraftSource, Proposal
-from dspark_lsp.engine.model_draft import ModelDraftSource
 from dspark_lsp.engine.ngram import NgramDraftSource
 
 V = 48
 PROMPT = [5, 9, 2, 33, 17, 5, 9]
 
 
-class ScriptedDraft:
+class ScriptedDraft(DraftSource):
     """Proposes ``script(context, max_tokens, parallel)`` -> (tokens, confidences); records its calls."""
 
     name = "scripted"

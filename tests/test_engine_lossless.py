@@ -10,10 +10,11 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dspark_lsp.drafts.causal_lm import ModelDraftSource
+from dspark_lsp.drafts.hybrid import HybridDraftSource
 from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
 from dspark_lsp.engine.decode import SpeculativeDecoder
 from dspark_lsp.engine.draft import DraftSource
-from dspark_lsp.engine.model_draft import HybridDraftSource, ModelDraftSource
 from dspark_lsp.engine.ngram import NgramDraftSource
 
 DRAFT_KINDS = ("ngram", "model", "self", "hybrid")
@@ -160,7 +161,7 @@ def test_self_draft_is_fully_accepted(random_lm: Any) -> None:
 def test_wrong_draft_costs_forwards_but_not_output(random_lm: Any) -> None:
     """A draft that is always wrong is rejected every round; the output is still the target's."""
 
-    class WrongDraft:
+    class WrongDraft(DraftSource):
         name = "wrong"
         supports_parallel = True
 

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 import torch
 
+from dspark_lsp.drafts.causal_lm import ModelDraftSource
 from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
 from dspark_lsp.engine.decode import SpeculativeDecoder
-from dspark_lsp.engine.draft import Proposal
-from dspark_lsp.engine.model_draft import ModelDraftSource
+from dspark_lsp.engine.draft import DraftSource, Proposal
 from dspark_lsp.engine.ngram import NgramDraftSource
 
 V = 12
@@ -86,7 +86,7 @@ class BigramTarget(torch.nn.Module):
         return torch.softmax(self.table.double() / TEMPERATURE, dim=-1)
 
 
-class FixedQDraft:
+class FixedQDraft(DraftSource):
     """A deliberately wrong draft: every proposed token is sampled from one fixed distribution q."""
 
     name = "fixed-q"
@@ -290,10 +290,10 @@ def test_feature_draft_sampled_tokens_follow_target(qwen_case: dict[str, Any]) -
     """A feature draft (reading the tiny target's hidden states) under sampling: its proposals carry
     q over the target vocabulary, and token 2, decided by speculative acceptance of its guess, follows
     the target's distribution."""
-    from dspark_lsp.draftnet.vocab import DraftVocab
-    from dspark_lsp.featdraft.config import FeatDraftConfig
-    from dspark_lsp.featdraft.model import FeatDraft
-    from dspark_lsp.featdraft.source import FeatureDraftSource
+    from dspark_lsp.drafts.feature.config import FeatDraftConfig
+    from dspark_lsp.drafts.feature.model import FeatDraft
+    from dspark_lsp.drafts.feature.source import FeatureDraftSource
+    from dspark_lsp.drafts.vocab import DraftVocab
 
     target = qwen_case["target"]
     torch.manual_seed(11)

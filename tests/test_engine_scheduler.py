@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dspark_lsp.drafts.causal_lm import ModelDraftSource
 from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
 from dspark_lsp.engine.decode import SpeculativeDecoder
-from dspark_lsp.engine.draft import Proposal
-from dspark_lsp.engine.model_draft import ModelDraftSource
+from dspark_lsp.engine.draft import DraftSource, Proposal
 from dspark_lsp.engine.scheduler import ConfidenceScheduler
 
 COST_TABLES = [
@@ -189,7 +189,7 @@ def test_cost_aware_k_is_the_best_value_for_its_rate(table: dict[int, float]) ->
 
 
 # --------------------------------------------------------------------------- inside the decode loop
-class AlwaysWrong:
+class AlwaysWrong(DraftSource):
     name = "wrong"
     supports_parallel = True
 
@@ -273,7 +273,7 @@ def test_pays_weighs_the_chance_of_landing_against_draft_and_verify_cost() -> No
     assert not ConfidenceScheduler(SchedulerConfig()).pays(3, 1.0, 0.0)  # no cost model: tau decides
 
 
-class LowConfidenceLookup:
+class LowConfidenceLookup(DraftSource):
     """A free (0-forward) source whose guesses are all low-confidence: tau would cut them at 1 token."""
 
     name = "lookup"

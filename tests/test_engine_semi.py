@@ -7,10 +7,10 @@ from typing import Any
 
 from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
 from dspark_lsp.engine.decode import SpeculativeDecoder
-from dspark_lsp.engine.draft import Proposal
+from dspark_lsp.engine.draft import DraftSource, Proposal
 
 
-class Recorder:
+class Recorder(DraftSource):
     """A confident parallel-capable model draft that records each call as (parallel, want, context length)."""
 
     name = "recorder"

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from test_draft_helpers import prepared_default_target
 
-from dspark_lsp.draftnet.io import resolve_draft_dir, shipped_drafts
-from dspark_lsp.featdraft.io import CONFIG, WEIGHTS, load_feat_draft
+from dspark_lsp.drafts.io import FEAT_CONFIG as CONFIG
+from dspark_lsp.drafts.io import WEIGHTS, load_feat_draft, resolve_draft_dir, shipped_drafts
 
 NAME = "dspark-feat-qwc05"
 
@@ -40,7 +40,7 @@ def test_card_acceptance_recomputed_with_the_real_target() -> None:
     target = prepared_default_target()
     if target is None:
         pytest.skip("the real target is not prepared (dspark-lsp models prepare)")
-    from dspark_lsp.featdraft.source import load_feature_draft
+    from dspark_lsp.drafts.feature.source import load_feature_draft
     from dspark_lsp.training.acceptance import score, target_features_for
 
     card = json.loads((shipped_dir() / "eval" / "acceptance.json").read_text())

@@ -11,16 +11,16 @@ from featdraft_testlib import Embed, write_shards
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dspark_lsp.draftnet.vocab import N_RESERVED, DraftVocab
+from dspark_lsp.drafts.feature.config import FeatDraftConfig
+from dspark_lsp.drafts.feature.model import FeatDraft
+from dspark_lsp.drafts.feature.source import FeatureDraftSource
+from dspark_lsp.drafts.hybrid import HybridDraftSource
+from dspark_lsp.drafts.io import load_feat_draft, save_feat_draft
+from dspark_lsp.drafts.vocab import N_RESERVED, DraftVocab
 from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
 from dspark_lsp.engine.decode import SpeculativeDecoder
-from dspark_lsp.engine.model_draft import HybridDraftSource
 from dspark_lsp.engine.ngram import NgramDraftSource
 from dspark_lsp.engine.prefix_cache import PrefixCache
-from dspark_lsp.featdraft.config import FeatDraftConfig
-from dspark_lsp.featdraft.io import load_feat_draft, save_feat_draft
-from dspark_lsp.featdraft.model import FeatDraft
-from dspark_lsp.featdraft.source import FeatureDraftSource
 from dspark_lsp.training.feat_train import unroll_mask, unrolled_features
 
 D = 16
@@ -234,8 +234,8 @@ def test_training_lowers_the_loss_checkpoints_and_resumes(tiny_models: tuple[Pat
 
 
 def test_a_feature_draft_refuses_a_target_it_was_not_trained_for(random_lm: Any, tmp_path: Path) -> None:
+    from dspark_lsp.drafts.feature.source import load_feature_draft
     from dspark_lsp.errors import ModelError
-    from dspark_lsp.featdraft.source import load_feature_draft
 
     model, dv = tiny_draft(8)
     save_feat_draft(tmp_path / "d", model, dv, {}, dtype=torch.float32)

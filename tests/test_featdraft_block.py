@@ -15,15 +15,15 @@ from featdraft_testlib import Embed
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dspark_lsp.draftnet.vocab import DraftVocab
+from dspark_lsp.drafts.feature.config import FeatDraftConfig
+from dspark_lsp.drafts.feature.model import FeatDraft
+from dspark_lsp.drafts.feature.source import FeatureDraftSource
+from dspark_lsp.drafts.hybrid import HybridDraftSource
+from dspark_lsp.drafts.io import load_feat_draft, save_feat_draft
+from dspark_lsp.drafts.vocab import DraftVocab
 from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
 from dspark_lsp.engine.decode import SpeculativeDecoder
-from dspark_lsp.engine.model_draft import HybridDraftSource
 from dspark_lsp.engine.ngram import NgramDraftSource
-from dspark_lsp.featdraft.config import FeatDraftConfig
-from dspark_lsp.featdraft.io import load_feat_draft, save_feat_draft
-from dspark_lsp.featdraft.model import FeatDraft
-from dspark_lsp.featdraft.source import FeatureDraftSource
 from dspark_lsp.training.block_train import block_mask, pick_anchors, reliability
 
 D = 16
@@ -285,7 +285,7 @@ def test_platt_scaling_recovers_a_known_miscalibration() -> None:
 
 
 def test_a_drafts_export_says_which_parts_it_uses(random_lm: Any, tmp_path: Path) -> None:
-    from dspark_lsp.featdraft.source import load_feature_draft
+    from dspark_lsp.drafts.feature.source import load_feature_draft
 
     target = random_lm(0, vocab_size=16, hidden=D, layers=1)
     model, dv = block_draft(7)
@@ -298,8 +298,8 @@ def test_a_drafts_export_says_which_parts_it_uses(random_lm: Any, tmp_path: Path
 
 
 def test_lookup_confidences_are_read_as_measured_acceptance_beside_a_calibrated_draft() -> None:
+    from dspark_lsp.drafts.hybrid import LOOKUP_ACCEPTANCE
     from dspark_lsp.engine.draft import Proposal
-    from dspark_lsp.engine.model_draft import LOOKUP_ACCEPTANCE
 
     class Stub:
         name, supports_parallel, wants_features = "stub", False, False

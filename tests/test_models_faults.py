@@ -241,10 +241,10 @@ DRAFT_CHILD = textwrap.dedent(
     import os, sys, time
     from pathlib import Path
     import torch
-    from dspark_lsp.draftnet import io
-    from dspark_lsp.draftnet.config import DraftNetConfig
-    from dspark_lsp.draftnet.model import DraftNet
-    from dspark_lsp.draftnet.vocab import DraftVocab
+    from dspark_lsp.drafts import io
+    from dspark_lsp.drafts.token.config import DraftNetConfig
+    from dspark_lsp.drafts.token.model import DraftNet
+    from dspark_lsp.drafts.vocab import DraftVocab
 
     out, stop, marker = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
 
@@ -273,9 +273,9 @@ DRAFT_CHILD = textwrap.dedent(
 def _tiny_draft() -> tuple[Any, Any]:
     import torch
 
-    from dspark_lsp.draftnet.config import DraftNetConfig
-    from dspark_lsp.draftnet.model import DraftNet
-    from dspark_lsp.draftnet.vocab import DraftVocab
+    from dspark_lsp.drafts.token.config import DraftNetConfig
+    from dspark_lsp.drafts.token.model import DraftNet
+    from dspark_lsp.drafts.vocab import DraftVocab
 
     torch.manual_seed(0)
     return DraftNet(DraftNetConfig(vocab_size=10, d_model=16, n_layers=1, n_heads=2)), DraftVocab(list(range(8)), 64)
@@ -287,7 +287,7 @@ def _step(out: Path) -> object:
 
 def test_a_truncated_draft_weights_file_is_one_clear_model_error(tmp_path: Path) -> None:
     """Before the fix: safetensors' own SafetensorError (a traceback in the server's log, no fix named)."""
-    from dspark_lsp.draftnet.io import WEIGHTS, load_draft_net, save_draft
+    from dspark_lsp.drafts.io import WEIGHTS, load_draft_net, save_draft
 
     out = tmp_path / "export"
     save_draft(out, *_tiny_draft(), {"step": 1})
@@ -304,7 +304,7 @@ def test_a_truncated_draft_weights_file_is_one_clear_model_error(tmp_path: Path)
 
 @pytest.mark.parametrize("name", ["draft_config.json", "vocab.json"])
 def test_a_damaged_draft_json_file_is_one_clear_model_error(tmp_path: Path, name: str) -> None:
-    from dspark_lsp.draftnet.io import load_draft_net, save_draft
+    from dspark_lsp.drafts.io import load_draft_net, save_draft
 
     out = tmp_path / "export"
     save_draft(out, *_tiny_draft(), {"step": 1})
@@ -316,10 +316,10 @@ def test_a_damaged_draft_json_file_is_one_clear_model_error(tmp_path: Path, name
 def test_a_truncated_feature_draft_is_one_clear_model_error(tmp_path: Path) -> None:
     import torch
 
-    from dspark_lsp.draftnet.vocab import DraftVocab
-    from dspark_lsp.featdraft.config import FeatDraftConfig
-    from dspark_lsp.featdraft.io import WEIGHTS, load_feat_draft, save_feat_draft
-    from dspark_lsp.featdraft.model import FeatDraft
+    from dspark_lsp.drafts.feature.config import FeatDraftConfig
+    from dspark_lsp.drafts.feature.model import FeatDraft
+    from dspark_lsp.drafts.io import WEIGHTS, load_feat_draft, save_feat_draft
+    from dspark_lsp.drafts.vocab import DraftVocab
 
     torch.manual_seed(0)
     dv = DraftVocab(list(range(8)), 64)
@@ -338,7 +338,7 @@ def test_a_truncated_feature_draft_is_one_clear_model_error(tmp_path: Path) -> N
 
 def _export_killed_at(tmp_path: Path, stop: str) -> Path:
     """An export (step 1) overwritten by a child export (step 2) that is SIGKILLed at ``stop``."""
-    from dspark_lsp.draftnet.io import save_draft
+    from dspark_lsp.drafts.io import save_draft
 
     out = tmp_path / "export"
     save_draft(out, *_tiny_draft(), {"step": 1})
@@ -362,7 +362,7 @@ def test_a_draft_export_killed_mid_write_never_loads_half_written(tmp_path: Path
     """kill -9 while the weights are half on disk. Before the fix (in-place writes) the export's own
     model.safetensors was the half file and loading raised SafetensorError; now the half file is in a
     temp dir nothing loads, the previous export stays whole, and the next export removes the leftover."""
-    from dspark_lsp.draftnet.io import load_draft_net, save_draft
+    from dspark_lsp.drafts.io import load_draft_net, save_draft
 
     out = _export_killed_at(tmp_path, "weights")
     leftovers = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".export."))
@@ -378,7 +378,7 @@ def test_a_draft_export_killed_mid_write_never_loads_half_written(tmp_path: Path
 def test_a_draft_export_killed_between_its_renames_restores_the_previous_one(tmp_path: Path) -> None:
     """kill -9 after the old export was moved aside and before the new one took its name: the name is
     briefly empty; the next export (or clean_stale_exports) puts the whole old one back first."""
-    from dspark_lsp.draftnet.io import clean_stale_exports, load_draft_net
+    from dspark_lsp.drafts.io import clean_stale_exports, load_draft_net
 
     out = _export_killed_at(tmp_path, "rename")
     assert not out.exists()
@@ -391,7 +391,7 @@ def test_a_draft_export_killed_between_its_renames_restores_the_previous_one(tmp
 def test_a_failing_draft_export_leaves_the_previous_one_and_no_temp_dir(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dspark_lsp.draftnet import io
+    from dspark_lsp.drafts import io
 
     out = tmp_path / "export"
     io.save_draft(out, *_tiny_draft(), {"step": 1})
@@ -408,7 +408,7 @@ def test_a_failing_draft_export_leaves_the_previous_one_and_no_temp_dir(
 
 def test_an_export_leaves_a_live_writers_temp_dir_alone(tmp_path: Path) -> None:
     """Two exports at once into one name: neither deletes the other's temp dir while it is alive."""
-    from dspark_lsp.draftnet.io import clean_stale_exports
+    from dspark_lsp.drafts.io import clean_stale_exports
 
     out = tmp_path / "export"
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])

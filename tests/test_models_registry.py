@@ -34,7 +34,7 @@ def test_default_pair() -> None:
     pair = get_pair("default")
     assert pair.target == DEFAULT_TARGET == "qwen2.5-coder-0.5b"
     assert pair.draft_kind in ("model", "ngram", "none")
-    from dspark_lsp.draftnet.io import shipped_drafts
+    from dspark_lsp.drafts.io import shipped_drafts
 
     for p in PAIRS.values():
         assert p.target in KNOWN_MODELS

@@ -10,13 +10,13 @@ import pytest
 import torch
 from torch import nn
 
-from dspark_lsp.draftnet.vocab import DraftVocab
+from dspark_lsp.drafts.feature.config import FeatDraftConfig
+from dspark_lsp.drafts.feature.model import FeatDraft
+from dspark_lsp.drafts.feature.source import FeatureDraftSource, load_feature_draft
+from dspark_lsp.drafts.io import save_feat_draft
+from dspark_lsp.drafts.vocab import DraftVocab
 from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
 from dspark_lsp.engine.decode import SpeculativeDecoder
-from dspark_lsp.featdraft.config import FeatDraftConfig
-from dspark_lsp.featdraft.io import save_feat_draft
-from dspark_lsp.featdraft.model import FeatDraft
-from dspark_lsp.featdraft.source import FeatureDraftSource, load_feature_draft
 from dspark_lsp.quant.build import ENV_DISABLE, KernelUnavailable, load_kernel
 from dspark_lsp.quant.linear import QuantLinear
 from dspark_lsp.quant.requantize import q8_packed, quantize_linears

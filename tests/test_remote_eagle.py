@@ -13,9 +13,9 @@ import pytest
 import torch
 from torch import nn
 
-from dspark_lsp.draftnet.vocab import DraftVocab
-from dspark_lsp.featdraft.config import FeatDraftConfig
-from dspark_lsp.featdraft.model import FeatDraft
+from dspark_lsp.drafts.feature.config import FeatDraftConfig
+from dspark_lsp.drafts.feature.model import FeatDraft
+from dspark_lsp.drafts.vocab import DraftVocab
 from dspark_lsp.remote.eagle import (
     Constants,
     eagle_config,

@@ -6,9 +6,9 @@ import random
 
 import torch
 
-from dspark_lsp.draftnet.config import DraftNetConfig
-from dspark_lsp.draftnet.model import DraftNet
-from dspark_lsp.draftnet.vocab import MASK_ID, DraftVocab
+from dspark_lsp.drafts.token.config import DraftNetConfig
+from dspark_lsp.drafts.token.model import DraftNet
+from dspark_lsp.drafts.vocab import MASK_ID, DraftVocab
 from dspark_lsp.training.batch import IGNORE, build_batch, pick_anchors
 from dspark_lsp.training.samples import Sample
 

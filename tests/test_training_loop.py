@@ -9,7 +9,7 @@ import pytest
 import torch
 from test_draft_helpers import tiny_corpus, tiny_tokenizer
 
-from dspark_lsp.draftnet.io import load_draft_net
+from dspark_lsp.drafts.io import load_draft_net
 from dspark_lsp.errors import UserError
 from dspark_lsp.training.cli import main
 from dspark_lsp.training.config import TrainConfig

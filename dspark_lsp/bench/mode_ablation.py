@@ -165,7 +165,7 @@ def run(items: list[dict[str, Any]], tokenizer: Any, draft: DraftSource | None, 
 def ablation_variants(where: Path, target: Any, wrap: Any) -> dict[str, Variant]:
     """The block drafter's ablation: each part of the draft in ``where`` switched on and off (same weights,
     one target)."""
-    from dspark_lsp.trained_drafts import load_trained_draft
+    from dspark_lsp.drafts.load import load_trained_draft
 
     def src(**use: bool) -> DraftSource:
         return wrap(load_trained_draft(where, target, **use))
@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from transformers import AutoTokenizer
 
-        from dspark_lsp.engine.model_draft import HybridDraftSource
+        from dspark_lsp.drafts.hybrid import HybridDraftSource
         from dspark_lsp.models.loader import resolve_model
         from dspark_lsp.models.registry import DEFAULT_TARGET
         from dspark_lsp.training.acceptance import replay_draft
@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
 
         variants = None
         if args.variants:
-            from dspark_lsp.trained_drafts import trained_draft_dir
+            from dspark_lsp.drafts.io import trained_draft_dir
             from dspark_lsp.training.acceptance import target_features_for
 
             where = trained_draft_dir(args.draft)

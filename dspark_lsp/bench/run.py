@@ -32,11 +32,12 @@ from dspark_lsp.bench.fidelity import fidelity
 from dspark_lsp.bench.llamacpp import LlamaCppRunner, llamacpp_missing
 from dspark_lsp.bench.methods import BY_NAME, METHODS, HfMethod, LlamaCppMethod, LoopMethod, Method
 from dspark_lsp.bench.prompts import BenchPrompt, corpus_prompts, find_humaneval_dir, humaneval_prompts
+from dspark_lsp.drafts.causal_lm import ModelDraftSource
+from dspark_lsp.drafts.hybrid import HybridDraftSource
 from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
 from dspark_lsp.engine.costs import calibrate_forwards, measure_verify_cost, raw_monotone
 from dspark_lsp.engine.decode import SpeculativeDecoder
 from dspark_lsp.engine.draft import DraftSource
-from dspark_lsp.engine.model_draft import HybridDraftSource, ModelDraftSource
 from dspark_lsp.engine.ngram import NgramDraftSource
 from dspark_lsp.errors import UserError
 from dspark_lsp.evaluation.execution import passes
@@ -309,7 +310,7 @@ def _skip_reason(bench: Bench, p: LoopMethod | HfMethod) -> str | None:
         return None
     draft = bench.draft
     if p.needs_model_draft and not (
-        draft is not None and getattr(draft, "supports_parallel", False) and not isinstance(draft, NgramDraftSource)
+        draft is not None and draft.supports_parallel and not isinstance(draft, NgramDraftSource)
     ):
         return "needs a draft model (AR + parallel steps); the pair drafts by n-gram only"
     if p.draft and draft is None:
@@ -507,14 +508,13 @@ def _forward_costs(target: Any, draft: DraftSource | None, context: int,
         out["llamacpp"] = {str(n): ms for n, ms in peer.forward_costs(ctx, FORWARD_SIZES).items()}
         again = measure_verify_cost(target, context=context, sizes=FORWARD_SIZES, repeats=5)
         out["target"] = {str(n): min(raw[n], again[n]) for n in FORWARD_SIZES}
-    model_src = getattr(draft, "model_source", draft)
+    model_src = draft.model_source if isinstance(draft, HybridDraftSource) else draft
     if model_src is not None and not isinstance(model_src, NgramDraftSource):
         src = model_src
         src.reset()
-        set_features = getattr(src, "set_features", None)
-        if set_features is not None:  # a feature draft reads target features: random rows will do
+        if src.wants_features:  # a feature draft reads target features: random rows will do
             d = int(getattr(target.config, "hidden_size", 0))
-            set_features(0, torch.randn(context + 1, d, generator=g))
+            src.set_features(0, torch.randn(context + 1, d, generator=g))
         src.propose(ctx, 1, parallel=False, tau=0.0)  # prefill the draft's own cache once
         flip = [0]
         for mode, parallel, n in (("draft_ar_1", False, 1), ("draft_parallel_4", True, 4)):

@@ -99,8 +99,8 @@ class _Call:
     def __post_init__(self) -> None:
         # A feature-conditioned draft reads the target's last hidden states; a calibrated one's
         # confidences are acceptance probabilities, which change how a round's length is chosen.
-        self.want_feats = self.draft is not None and bool(getattr(self.draft, "wants_features", False))
-        self.calibrated = self.draft is not None and bool(getattr(self.draft, "calibrated", False))
+        self.want_feats = self.draft is not None and self.draft.wants_features
+        self.calibrated = self.draft is not None and self.draft.calibrated
 
     def cancelled(self) -> bool:
         return self.cancel is not None and self.cancel.is_set()
@@ -318,7 +318,7 @@ class SpeculativeDecoder:
         if k <= 0:
             return Proposal()
         if call.want_feats and state.feats.rows is not None:
-            draft.set_features(state.feats.start, state.feats.rows)  # type: ignore[attr-defined]
+            draft.set_features(state.feats.start, state.feats.rows)
         td = time.perf_counter()
         rnd = DraftRound(draft, sched, call.config, call.is_key, state.stats, self._draft_ms, state.generator)
         proposal = rnd.run(state.ids, state.generated, k)

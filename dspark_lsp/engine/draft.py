@@ -4,10 +4,16 @@ A draft source is handed the *whole* context (prompt + tokens accepted so far) o
 whatever state it likes (a KV cache, an n-gram index) and re-synchronises it itself by comparing the new
 context with what it saw last (longest common prefix, then crop / extend). That keeps rollback out of the
 decode loop: after a rejection the loop simply passes a shorter context next time.
+
+Besides its context a draft may be told two things, both declared on :class:`DraftSource` with defaults
+that ignore them: the target's features (``set_features``, for a draft that says ``wants_features``)
+and a per-request corpus (``set_corpus``, for one that drafts with n-gram lookup). A source states them
+by subclassing the protocol, so no caller has to probe it for what it reads.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -39,6 +45,22 @@ class Proposal:
     def __len__(self) -> int:
         return len(self.tokens)
 
+    @classmethod
+    def empty(cls, temperature: float) -> Proposal:
+        """A proposal to append tokens to: with distributions when sampling, with alternates when greedy."""
+        return cls(dists=[] if temperature > 0 else None, alternates=None if temperature > 0 else [])
+
+    def add(self, token: int, confidence: float, dist: torch.Tensor | None,
+            runner_ups: Callable[[], list[tuple[int, float]]]) -> None:
+        """Append one drafted token with its confidence, its distribution (kept when the proposal keeps
+        them: when sampling) and its runner-ups (asked for only when it keeps alternates: when greedy)."""
+        self.tokens.append(token)
+        self.confidence.append(confidence)
+        if self.dists is not None:
+            self.dists.append(dist)
+        if self.alternates is not None:
+            self.alternates.append(runner_ups())
+
 
 @runtime_checkable
 class DraftSource(Protocol):
@@ -48,10 +70,22 @@ class DraftSource(Protocol):
     case the source may loop. ``parallel=True``: propose several tokens at once (mask tokens / n-gram).
     ``tau`` lets the source stop early when its own confidence falls below it.
     ``temperature > 0`` asks for sampled tokens and ``dists``; ``generator`` makes sampling reproducible.
+
+    What else a draft may be told (the defaults ignore both; a source that subclasses the protocol
+    inherits them):
+
+    * ``wants_features``: the draft reads the target's last hidden states, so the decoder computes them
+      and calls ``set_features`` before each draft call;
+    * ``set_corpus``: the tokens a request's n-gram lookup may search besides the context (the document
+      outside the prompt window), set once per request;
+    * ``calibrated``: the draft's confidences are acceptance probabilities (a confidence head), which
+      changes how the decoder ends a round.
     """
 
     name: str
     supports_parallel: bool
+    wants_features: bool = False
+    calibrated: bool = False
 
     def propose(
         self,
@@ -67,6 +101,15 @@ class DraftSource(Protocol):
     def reset(self) -> None:
         """Forget all cached state (called between unrelated calls when memory must be freed)."""
         ...
+
+    def set_features(self, start: int, feats: torch.Tensor) -> None:
+        """The target's features: row i is its last hidden state at context position ``start + i``
+        (called before each draft call when ``wants_features``)."""
+        return None
+
+    def set_corpus(self, corpus: Callable[[], list[int]]) -> None:
+        """A per-request corpus for n-gram lookup; a source calls ``corpus()`` only if it searches one."""
+        return None
 
 
 # Runner-ups a draft reports per position: on held-out code the feature draft's 2nd choice was the

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TypeVar
 
 import torch
@@ -48,8 +49,8 @@ class DraftRound:
     ) -> None:
         self.draft, self.sched, self.config, self.is_key = draft, sched, config, is_key
         self.stats, self.draft_ms, self.generator = stats, draft_ms, generator
-        self.name = str(getattr(draft, "name", "draft"))
-        self.calibrated = bool(getattr(draft, "calibrated", False))
+        self.name = draft.name
+        self.calibrated = draft.calibrated
         self.by_cost = self.calibrated and sched.config.calibrated_stop == "cost"
         self.tau = sched.tau  # fixed for the round: the scheduler moves tau only between rounds
         self.cum = 1.0  # the draft's own probability that every token so far is right
@@ -142,10 +143,4 @@ class DraftRound:
         return conf < self.tau and not self.sched.pays(n + 2, self.cum, more_ms)
 
     def _append(self, p: Proposal, i: int, tok: int, conf: float) -> None:
-        out = self.out
-        out.tokens.append(tok)
-        out.confidence.append(conf)
-        assert out.alternates is not None
-        out.alternates.append(_at(p.alternates, i, []))
-        if out.dists is not None:
-            out.dists.append(_at(p.dists, i, None))
+        self.out.add(tok, conf, _at(p.dists, i, None), partial(_at, p.alternates, i, []))

@@ -7,12 +7,14 @@ window), given by the caller.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
-from dspark_lsp.engine.draft import Proposal
+from dspark_lsp.engine.draft import DraftSource, Proposal
 
 
-class NgramDraftSource:
+class NgramDraftSource(DraftSource):
     name = "ngram"
     supports_parallel = True
 
@@ -37,6 +39,9 @@ class NgramDraftSource:
         for n in range(self.min_ngram, self.max_ngram + 1):
             for i in range(len(self._extra) - n + 1):
                 self._extra_index[tuple(self._extra[i : i + n])] = i + n
+
+    def set_corpus(self, corpus: Callable[[], list[int]]) -> None:
+        self.extra_corpus = corpus()
 
     def reset(self) -> None:
         pass

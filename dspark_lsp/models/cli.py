@@ -16,7 +16,7 @@ from dspark_lsp.models.registry import KNOWN_MODELS, PAIRS, get_model_spec
 
 def _is_shipped_draft(name: str) -> bool:
     """Trained DSpark drafts ship inside the package: there is nothing to prepare for them."""
-    from dspark_lsp.draftnet.io import shipped_drafts
+    from dspark_lsp.drafts.io import shipped_drafts
 
     return name in shipped_drafts()
 

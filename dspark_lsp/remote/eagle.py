@@ -9,7 +9,7 @@ for target feature f (the target model's output after its final norm) and next-t
     g = m + r                            # returned as logits input AND as the next step's feature
     logits = target.lm_head(g)           # the target's own head, over the full vocabulary
 
-Ours (featdraft/model.py): x = fc([norm_e(e); norm_f(f)]), a = attn(norm1(x)), the same residuals and
+Ours (drafts/feature/model.py): x = fc([norm_e(e); norm_f(f)]), a = attn(norm1(x)), the same residuals and
 MLP, g predicted towards f_next (smooth-L1), logits = head(g) over a reduced vocabulary. The export:
 
 * norm_e: exact. The checkpoint carries its own `embed_tokens`, the target's table with norm_e applied
@@ -245,7 +245,7 @@ def measure(draft: Any, vocab: Any, embed: Any, state: dict[str, Any], cfg: dict
     how often the first two both are (the second step reads the draft's own predicted feature)."""
     import torch
 
-    from dspark_lsp.draftnet.vocab import N_RESERVED
+    from dspark_lsp.drafts.vocab import N_RESERVED
 
     def ours_tokens(g: Any) -> Any:
         logits = draft.head(g).float()
@@ -302,10 +302,9 @@ def export_eagle(
     import torch
     from safetensors.torch import save_file
 
-    from dspark_lsp.featdraft.io import is_feat_draft_dir, load_feat_draft
+    from dspark_lsp.drafts.io import is_feat_draft_dir, load_feat_draft, trained_draft_dir
     from dspark_lsp.models.loader import load_causal_lm, resolve_model
     from dspark_lsp.models.registry import pair_for
-    from dspark_lsp.trained_drafts import trained_draft_dir
 
     say = progress or (lambda message: None)
     where = trained_draft_dir(draft) or Path(draft).expanduser()

@@ -22,13 +22,12 @@ from typing import Any
 
 import torch
 
-from dspark_lsp.draftnet.io import DEFAULT_DRAFT
-from dspark_lsp.draftnet.source import TrainedDraftSource
+from dspark_lsp.drafts.hybrid import HybridDraftSource
+from dspark_lsp.drafts.io import DEFAULT_DRAFT, is_feat_draft_dir
+from dspark_lsp.drafts.token.source import TrainedDraftSource
 from dspark_lsp.engine.draft import DraftSource
-from dspark_lsp.engine.model_draft import HybridDraftSource
 from dspark_lsp.engine.ngram import NgramDraftSource
 from dspark_lsp.errors import UserError
-from dspark_lsp.featdraft.io import is_feat_draft_dir
 from dspark_lsp.training.corpus import collect, default_roots, is_held_out, read_text
 from dspark_lsp.training.samples import EOS, SampleMaker, SampleShape, load_tokenizer
 
@@ -160,14 +159,13 @@ def replay(
     i = 0
     r = 0
     src.reset()
-    set_features = getattr(src, "set_features", None) if getattr(src, "wants_features", False) else None
     while i < len(target):
         parallel = mode == "parallel" or (mode == "alternate" and r % 2 == 0)
         budget = min(k, len(target) - i)
-        if set_features is not None:
+        if src.wants_features:
             if feats is None:
                 raise UserError("a feature draft needs the target's features: pass --target")
-            set_features(0, feats[: len(prompt) + i - 1])
+            src.set_features(0, feats[: len(prompt) + i - 1])
         p = src.propose(prompt + target[:i], budget, parallel=parallel, tau=0.0)
         acc = 0
         while acc < len(p.tokens) and p.tokens[acc] == target[i + acc]:
@@ -220,7 +218,8 @@ def replay_draft(
 ) -> tuple[DraftSource, list[torch.Tensor] | None]:
     """A trained draft (shipped name or directory) for an offline replay of ``data``, plus the target's
     features over each item when the draft reads them (a feature draft needs ``target_dir``)."""
-    from dspark_lsp.trained_drafts import load_trained_draft, trained_draft_dir
+    from dspark_lsp.drafts.io import trained_draft_dir
+    from dspark_lsp.drafts.load import load_trained_draft
 
     where = trained_draft_dir(spec)
     if where is None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from dspark_lsp.draftnet.vocab import MASK_ID, UNK_ID
+from dspark_lsp.drafts.vocab import MASK_ID, UNK_ID
 from dspark_lsp.training.samples import Sample
 
 IGNORE = -100

@@ -34,11 +34,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from dspark_lsp.draftnet.vocab import UNK_ID, DraftVocab
+from dspark_lsp.drafts.feature.config import FeatDraftConfig
+from dspark_lsp.drafts.feature.model import FeatDraft
+from dspark_lsp.drafts.io import load_feat_draft, save_feat_draft
+from dspark_lsp.drafts.vocab import UNK_ID, DraftVocab
 from dspark_lsp.errors import UserError
-from dspark_lsp.featdraft.config import FeatDraftConfig
-from dspark_lsp.featdraft.io import load_feat_draft, save_feat_draft
-from dspark_lsp.featdraft.model import FeatDraft
 from dspark_lsp.training.feat_train import (
     IGNORE,
     Shards,

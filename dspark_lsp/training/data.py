@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
-from dspark_lsp.draftnet.vocab import DraftVocab
+from dspark_lsp.drafts.vocab import DraftVocab
 from dspark_lsp.errors import UserError
 from dspark_lsp.training.corpus import CorpusFile, SourceRoot, collect, is_held_out, read_text
 from dspark_lsp.training.samples import special_ids

@@ -24,11 +24,11 @@ import torch
 import torch.nn.functional as F
 from safetensors import safe_open
 
-from dspark_lsp.draftnet.vocab import UNK_ID, DraftVocab
+from dspark_lsp.drafts.feature.config import FeatDraftConfig
+from dspark_lsp.drafts.feature.model import FeatDraft
+from dspark_lsp.drafts.io import save_feat_draft
+from dspark_lsp.drafts.vocab import UNK_ID, DraftVocab
 from dspark_lsp.errors import UserError
-from dspark_lsp.featdraft.config import FeatDraftConfig
-from dspark_lsp.featdraft.io import save_feat_draft
-from dspark_lsp.featdraft.model import FeatDraft
 from dspark_lsp.training.features import shard_paths
 from dspark_lsp.training.online import OnlineRows
 

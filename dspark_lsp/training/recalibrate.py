@@ -45,9 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from transformers import AutoTokenizer
 
-        from dspark_lsp.featdraft.io import load_feat_draft, save_feat_draft
+        from dspark_lsp.drafts.io import load_feat_draft, save_feat_draft
+        from dspark_lsp.drafts.load import load_trained_draft
         from dspark_lsp.models.loader import resolve_model
-        from dspark_lsp.trained_drafts import load_trained_draft
         from dspark_lsp.training.acceptance import target_features_for
         from dspark_lsp.training.block_train import fit_platt, fold_platt
 

@@ -7,16 +7,22 @@ import shutil
 import sys
 from pathlib import Path
 
-from dspark_lsp.draftnet.io import CONFIG, VOCAB, WEIGHTS, load_draft_net
+from dspark_lsp.drafts.io import (
+    CONFIG,
+    FEAT_CONFIG,
+    VOCAB,
+    WEIGHTS,
+    is_feat_draft_dir,
+    load_draft_net,
+    load_feat_draft,
+)
 from dspark_lsp.errors import UserError
-from dspark_lsp.featdraft.io import CONFIG as FEAT_CONFIG
-from dspark_lsp.featdraft.io import is_feat_draft_dir, load_feat_draft
 
 MAX_BYTES = 60 * 1024 * 1024
 
 
 def ship(export_dir: Path, dest: Path, eval_files: list[Path]) -> None:
-    # Refuse to ship something that does not load. A feature draft (featdraft/) has its own config file.
+    # Refuse to ship something that does not load. A feature draft (drafts/feature/) has its own config file.
     if is_feat_draft_dir(export_dir):
         load_feat_draft(export_dir)
         names = (WEIGHTS, FEAT_CONFIG, VOCAB)

@@ -13,10 +13,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from dspark_lsp.draftnet.config import DraftNetConfig
-from dspark_lsp.draftnet.io import save_draft
-from dspark_lsp.draftnet.model import DraftNet
-from dspark_lsp.draftnet.vocab import MASK_ID
+from dspark_lsp.drafts.io import save_draft
+from dspark_lsp.drafts.token.config import DraftNetConfig
+from dspark_lsp.drafts.token.model import DraftNet
+from dspark_lsp.drafts.vocab import MASK_ID
 from dspark_lsp.errors import UserError
 from dspark_lsp.training.batch import IGNORE, Batch, build_batch
 from dspark_lsp.training.config import TrainConfig

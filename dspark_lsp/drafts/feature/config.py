@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, fields
-from pathlib import Path
+from dataclasses import dataclass
+from typing import ClassVar
 
-from dspark_lsp.draftnet.config import DraftNetConfig
+from dspark_lsp.drafts.blocks import BlockConfig
 from dspark_lsp.errors import UserError
 
 
 @dataclass
-class FeatDraftConfig:
+class FeatDraftConfig(BlockConfig):
     """``d_model`` must equal the target's hidden size (the draft reads and predicts target features).
 
     ``vocab_size`` is the reduced output vocabulary (UNK, MASK, then kept target ids, as the token draft);
@@ -38,6 +37,7 @@ class FeatDraftConfig:
     block_size: int = 0
     markov_rank: int = 0
     confidence_head: bool = False
+    KIND: ClassVar[str] = "feature draft"
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads or (self.d_model // self.n_heads) % 2:
@@ -48,24 +48,3 @@ class FeatDraftConfig:
             raise UserError("block_size must be 0 (no block step) or 2..16")
         if self.markov_rank < 0:
             raise UserError("markov_rank must be >= 0")
-
-    def block_config(self) -> DraftNetConfig:
-        """The token draft's block shape, reused for this draft's decoder layer(s)."""
-        return DraftNetConfig(vocab_size=self.vocab_size, d_model=self.d_model, n_layers=self.n_layers,
-                              n_heads=self.n_heads, d_ff=self.d_ff, rope_theta=self.rope_theta,
-                              norm_eps=self.norm_eps, n_parallel=1, max_context=self.max_context,
-                              target_vocab_size=self.target_vocab_size)
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2)
-
-    @classmethod
-    def load(cls, path: Path) -> FeatDraftConfig:
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise UserError(f"cannot read feature draft config {path}: {exc}") from exc
-        unknown = set(data) - {f.name for f in fields(cls)}
-        if unknown:
-            raise UserError(f"unknown feature draft config keys: {sorted(unknown)}")
-        return cls(**data)

@@ -18,15 +18,15 @@ from typing import Any
 
 import torch
 
-from dspark_lsp.draftnet.vocab import DraftVocab, append_pick
-from dspark_lsp.engine.draft import Proposal, window_start
+from dspark_lsp.drafts.feature.model import FeatDraft
+from dspark_lsp.drafts.io import load_feat_draft
+from dspark_lsp.drafts.vocab import DraftVocab, append_pick
+from dspark_lsp.engine.draft import DraftSource, Proposal, window_start
 from dspark_lsp.engine.prefix_cache import common_prefix_len
 from dspark_lsp.errors import ModelError
-from dspark_lsp.featdraft.io import load_feat_draft
-from dspark_lsp.featdraft.model import FeatDraft
 
 
-class FeatureDraftSource:
+class FeatureDraftSource(DraftSource):
     wants_features = True
 
     def __init__(self, model: FeatDraft, vocab: DraftVocab, embed: Any, name: str = "feature-draft",
@@ -93,7 +93,7 @@ class FeatureDraftSource:
         temperature: float = 0.0,
         generator: torch.Generator | None = None,
     ) -> Proposal:
-        out = Proposal(dists=[] if temperature > 0 else None, alternates=None if temperature > 0 else [])
+        out = Proposal.empty(temperature)
         feats = self._feats
         if max_tokens <= 0 or feats is None:
             return out

@@ -8,6 +8,7 @@ target ids. Ids 2.. are target tokens: the FIM/EOS specials first, then the most
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
 import torch
 
@@ -71,12 +72,7 @@ def append_pick(out: Proposal, vocab: DraftVocab, logits: torch.Tensor, temperat
     """Pick one token from draft ``logits`` (:func:`pick_token`) and append it to ``out`` with its
     probability, its distribution when sampling and its runner-ups when greedy; returns the probability."""
     tok, p, dist = pick_token(vocab, logits, temperature, generator)
-    out.tokens.append(tok)
-    out.confidence.append(p)
-    if out.dists is not None and dist is not None:
-        out.dists.append(dist)
-    if out.alternates is not None:
-        out.alternates.append(draft_runner_ups(vocab, logits))
+    out.add(tok, p, dist, partial(draft_runner_ups, vocab, logits))
     return p
 
 

@@ -18,24 +18,22 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from dspark_lsp.draftnet.model import Block, KVCache, RMSNorm, causal_mask
-from dspark_lsp.featdraft.config import FeatDraftConfig
+from dspark_lsp.drafts.blocks import Block, KVCache, RMSNorm, causal_mask, rope_inv_freq
+from dspark_lsp.drafts.feature.config import FeatDraftConfig
 
 
 class FeatDraft(nn.Module):
     def __init__(self, cfg: FeatDraftConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        bcfg = cfg.block_config()
         # Target embeddings and features live on different scales: normalise each before mixing.
         self.norm_e = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.norm_f = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.fc = nn.Linear(2 * cfg.d_model, cfg.d_model, bias=False)
-        self.blocks = nn.ModuleList(Block(bcfg) for _ in range(cfg.n_layers))
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
-        inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, bcfg.head_dim, 2).float() / bcfg.head_dim))
         self.inv_freq: torch.Tensor
-        self.register_buffer("inv_freq", inv, persistent=False)
+        self.register_buffer("inv_freq", rope_inv_freq(cfg.head_dim, cfg.rope_theta), persistent=False)
         # A block after an anchor: offset 1 reads the anchor's predicted feature (the draft's guess of the
         # next true feature) and the embedding of the token the anchor chose - exactly an autoregressive
         # step's inputs. Offsets 2 .. block_size - 1 cannot know their token yet: they read the same

@@ -1,6 +1,7 @@
-"""The draft network: a tiny pre-norm causal transformer (RMSNorm, RoPE, SwiGLU, tied embeddings).
+"""The layers both drafts are built from: pre-norm causal transformer blocks (RMSNorm, RoPE, SwiGLU)
+and a croppable KV cache.
 
-Written out by hand rather than borrowed from transformers so that the two things the draft needs are
+Written out by hand rather than borrowed from transformers so that the two things a draft needs are
 explicit and cheap: arbitrary position ids plus a boolean 4-D attention mask (the masked-parallel
 training step appends mask blocks whose positions repeat those of real tokens), and a KV cache that can
 be cropped to any length (re-sync after the decode loop rejects tokens).
@@ -8,11 +9,52 @@ be cropped to any length (re-sync after the decode loop rejects tokens).
 
 from __future__ import annotations
 
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dspark_lsp.draftnet.config import DraftNetConfig
+from dspark_lsp.errors import UserError
+
+C = TypeVar("C", bound="BlockConfig")
+
+
+class BlockConfig:
+    """What both drafts' configs (dataclasses saved as JSON beside the weights) share: the shape a block
+    reads, ``head_dim``, and reading and writing the JSON (``KIND`` names the draft in errors)."""
+
+    KIND: ClassVar[str] = "draft"
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]  # set by @dataclass on each config
+    d_model: int
+    n_heads: int
+    d_ff: int
+    norm_eps: float
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2)
+
+    @classmethod
+    def from_dict(cls: type[C], data: dict[str, Any]) -> C:
+        unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise UserError(f"unknown {cls.KIND} config keys: {sorted(unknown)}")
+        return cls(**data)
+
+    @classmethod
+    def load(cls: type[C], path: Path) -> C:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise UserError(f"cannot read {cls.KIND} config {path}: {exc}") from exc
+        return cls.from_dict(data)
 
 
 class KVCache:
@@ -67,7 +109,7 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: DraftNetConfig) -> None:
+    def __init__(self, cfg: BlockConfig) -> None:
         super().__init__()
         self.n_heads, self.head_dim = cfg.n_heads, cfg.head_dim
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
@@ -92,7 +134,7 @@ class Attention(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: DraftNetConfig) -> None:
+    def __init__(self, cfg: BlockConfig) -> None:
         super().__init__()
         self.norm1 = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.attn = Attention(cfg)
@@ -114,44 +156,6 @@ class Block(nn.Module):
         return x + self.down(F.silu(gate) * up)
 
 
-class DraftNet(nn.Module):
-    """``forward(ids, positions, mask, cache) -> logits`` over the reduced draft vocabulary."""
-
-    def __init__(self, cfg: DraftNetConfig) -> None:
-        super().__init__()
-        self.cfg = cfg
-        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
-        self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2).float() / cfg.head_dim))
-        self.inv_freq: torch.Tensor
-        self.register_buffer("inv_freq", inv, persistent=False)
-        self.apply(self._init)
-
-    @staticmethod
-    def _init(m: nn.Module) -> None:
-        if isinstance(m, nn.Linear | nn.Embedding):
-            nn.init.normal_(m.weight, std=0.02)
-
-    def new_cache(self) -> KVCache:
-        return KVCache(self.cfg.n_layers)
-
-    def forward(
-        self,
-        ids: torch.Tensor,
-        positions: torch.Tensor,
-        mask: torch.Tensor | None = None,
-        cache: KVCache | None = None,
-    ) -> torch.Tensor:
-        """ids, positions: [B, T] int64. mask: bool [B, 1, T, S] (True = may attend), where S is the
-        cached length + T; None means causal attention (everything cached plus new positions <= i)."""
-        if mask is None:
-            mask = causal_mask(0 if cache is None else cache.length, ids.shape[1], ids.device)
-        angles = positions[..., None].float() * self.inv_freq  # [B, T, D/2]
-        cos, sin = angles.cos()[:, None].to(self.embed.weight.dtype), angles.sin()[:, None].to(
-            self.embed.weight.dtype
-        )
-        x = self.embed(ids)
-        for i, block in enumerate(self.blocks):
-            x = block(x, cos, sin, mask, cache, i)
-        return F.linear(self.norm(x), self.embed.weight)  # tied output head
+def rope_inv_freq(head_dim: int, theta: float) -> torch.Tensor:
+    """The rotary embedding's inverse frequencies for heads of ``head_dim``."""
+    return 1.0 / (theta ** (torch.arange(0, head_dim, 2).float() / head_dim))

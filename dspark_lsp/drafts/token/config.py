@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, fields
-from pathlib import Path
+from dataclasses import dataclass
 
+from dspark_lsp.drafts.blocks import BlockConfig
 from dspark_lsp.errors import UserError
 
 
 @dataclass
-class DraftNetConfig:
+class DraftNetConfig(BlockConfig):
     """Shape of a small Llama/Qwen2-style causal transformer with tied embeddings.
 
     ``vocab_size`` is the *reduced* draft vocabulary (FR-Spec): UNK, MASK, then the target tokens kept.
@@ -37,26 +36,3 @@ class DraftNetConfig:
             raise UserError("the head dimension must be even (rotary embeddings)")
         if self.n_parallel < 1:
             raise UserError("n_parallel must be at least 1")
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.n_heads
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, object]) -> DraftNetConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = set(data) - known
-        if unknown:
-            raise UserError(f"unknown draft config keys: {sorted(unknown)}")
-        return cls(**data)  # type: ignore[arg-type]
-
-    @classmethod
-    def load(cls, path: Path) -> DraftNetConfig:
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise UserError(f"cannot read draft config {path}: {exc}") from exc
-        return cls.from_dict(data)

@@ -12,14 +12,15 @@ from pathlib import Path
 
 import torch
 
-from dspark_lsp.draftnet.io import DEFAULT_DRAFT, load_draft_net
-from dspark_lsp.draftnet.model import DraftNet, KVCache
-from dspark_lsp.draftnet.vocab import MASK_ID, DraftVocab, append_pick
-from dspark_lsp.engine.draft import Proposal, window_start
+from dspark_lsp.drafts.blocks import KVCache
+from dspark_lsp.drafts.io import DEFAULT_DRAFT, load_draft_net
+from dspark_lsp.drafts.token.model import DraftNet
+from dspark_lsp.drafts.vocab import MASK_ID, DraftVocab, append_pick
+from dspark_lsp.engine.draft import DraftSource, Proposal, window_start
 from dspark_lsp.engine.prefix_cache import common_prefix_len
 
 
-class TrainedDraftSource:
+class TrainedDraftSource(DraftSource):
     supports_parallel = True
 
     def __init__(self, model: DraftNet, vocab: DraftVocab, name: str = "trained-draft") -> None:
@@ -76,7 +77,7 @@ class TrainedDraftSource:
         temperature: float = 0.0,
         generator: torch.Generator | None = None,
     ) -> Proposal:
-        out = Proposal(dists=[] if temperature > 0 else None, alternates=None if temperature > 0 else [])
+        out = Proposal.empty(temperature)
         if max_tokens <= 0:
             return out
         if parallel and self.n_parallel > 1:

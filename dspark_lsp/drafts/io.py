@@ -1,6 +1,8 @@
-"""Saving and loading a trained draft: ``model.safetensors`` + ``draft_config.json`` + ``vocab.json``.
+"""Saving, loading and finding trained drafts: ``model.safetensors`` + a config + ``vocab.json``.
 
-Shipped drafts live in the package (``dspark_lsp/drafts/<name>/``) so loading needs no network.
+Both drafts use this one format; the config's file name tells them apart: ``draft_config.json`` for the
+token draft (drafts/token), ``feat_config.json`` for the feature draft (drafts/feature). Shipped drafts
+live in the package (``dspark_lsp/drafts/<name>/``) so loading needs no network.
 
 An export is atomic (:func:`atomic_export`): the files are written into a temp directory next to the
 target, fsynced, and renamed into place, so a kill -9 mid-export leaves the previous export (or none),
@@ -18,19 +20,26 @@ import tempfile
 from collections.abc import Callable, Iterator
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
+from torch import nn
 
-from dspark_lsp.draftnet.config import DraftNetConfig
-from dspark_lsp.draftnet.model import DraftNet
-from dspark_lsp.draftnet.vocab import DraftVocab
+from dspark_lsp.drafts.feature.config import FeatDraftConfig
+from dspark_lsp.drafts.feature.model import FeatDraft
+from dspark_lsp.drafts.token.config import DraftNetConfig
+from dspark_lsp.drafts.token.model import DraftNet
+from dspark_lsp.drafts.vocab import DraftVocab
 from dspark_lsp.errors import ModelError, UserError
 
-WEIGHTS, CONFIG, VOCAB = "model.safetensors", "draft_config.json", "vocab.json"
+WEIGHTS, VOCAB = "model.safetensors", "vocab.json"
+CONFIG = "draft_config.json"  # the token draft's
+FEAT_CONFIG = "feat_config.json"  # the feature draft's
 DEFAULT_DRAFT = "dspark-draft-qwc05"
+
+M = TypeVar("M", bound=nn.Module)
 
 
 _TMP_TAG, _OLD_TAG = ".tmp-", ".old-"
@@ -140,55 +149,97 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
-def save_draft(
-    out: Path, model: DraftNet, vocab: DraftVocab, meta: dict[str, object], dtype: torch.dtype = torch.float16
-) -> None:
-    # Tied embeddings: store the shared matrix once (safetensors refuses aliased tensors anyway).
-    state = {k: v.detach().to(dtype).contiguous() for k, v in model.state_dict().items()}
+def _save(out: Path, model: DraftNet | FeatDraft, config: str, vocab: DraftVocab, meta: dict[str, object],
+          dtype: torch.dtype) -> None:
+    # Tied embeddings (token draft): store the shared matrix once (safetensors refuses aliased tensors anyway).
+    state = {k: v.detach().to("cpu", dtype).contiguous() for k, v in model.state_dict().items()}
     with atomic_export(out) as tmp:
         save_file(state, str(tmp / WEIGHTS), metadata={"format": "pt"})
-        (tmp / CONFIG).write_text(model.cfg.to_json())
+        (tmp / config).write_text(model.cfg.to_json())
         (tmp / VOCAB).write_text(json.dumps({"target_ids": vocab.target_ids.tolist(),
                                              "target_vocab_size": vocab.target_vocab_size, **meta}))
 
 
+def _split_vocab(data: object) -> tuple[DraftVocab, dict[str, object]]:
+    """vocab.json holds the id map and the export's metadata (step, unroll ...) side by side."""
+    if not isinstance(data, dict):
+        raise TypeError(f"not an object but {type(data).__name__}")
+    meta = dict(data)
+    return DraftVocab(meta.pop("target_ids"), int(meta.pop("target_vocab_size"))), meta
+
+
+def _load(d: Path, config: str, what: str, parse: Callable[[Any], Any], build: Callable[[Any], M],
+          dtype: torch.dtype) -> tuple[M, DraftVocab, dict[str, object]]:
+    """(model, vocab, the export's metadata) of the ``what`` ("draft", "feature draft") in ``d``."""
+    for name in (WEIGHTS, config, VOCAB):
+        if not (d / name).is_file():
+            raise ModelError(f"{what} directory {d} lacks {name}")
+    cfg = read_json(d / config, f"{what} config", parse)
+    vocab, meta = read_json(d / VOCAB, f"{what} vocab", _split_vocab)
+    if vocab.size != cfg.vocab_size:
+        raise ModelError(f"{what} {d}: vocab.json has {vocab.size} ids, the config says {cfg.vocab_size}")
+    model = build(cfg)
+    weights = load_weights(d / WEIGHTS, what)
+    try:
+        model.load_state_dict({k: t.to(dtype) for k, t in weights.items()})
+    except RuntimeError as exc:
+        raise ModelError(f"{what} weights in {d} do not fit its config: {exc}") from exc
+    return model.to(dtype).eval(), vocab, meta
+
+
+def save_draft(
+    out: Path, model: DraftNet, vocab: DraftVocab, meta: dict[str, object], dtype: torch.dtype = torch.float16
+) -> None:
+    _save(out, model, CONFIG, vocab, meta, dtype)
+
+
+def save_feat_draft(out: Path, model: FeatDraft, vocab: DraftVocab, meta: dict[str, object],
+                    dtype: torch.dtype = torch.float16) -> None:
+    _save(out, model, FEAT_CONFIG, vocab, meta, dtype)
+
+
+def is_feat_draft_dir(path: Path) -> bool:
+    return (path / FEAT_CONFIG).is_file()
+
+
+def _is_draft_dir(path: Path) -> bool:
+    return (path / CONFIG).is_file() or is_feat_draft_dir(path)
+
+
 def shipped_drafts() -> list[str]:
     root = resources.files("dspark_lsp") / "drafts"
-    if not root.is_dir():  # an install without shipped drafts
-        return []
-    from dspark_lsp.featdraft.io import CONFIG as FEAT_CONFIG  # a feature draft ships in the same folder
-
-    return sorted(p.name for p in root.iterdir()
-                  if p.is_dir() and ((p / CONFIG).is_file() or (p / FEAT_CONFIG).is_file()))
+    # A feature draft ships in the same folder; the folder's Python packages (token/, feature/) are no drafts.
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and _is_draft_dir(Path(str(p))))
 
 
 def resolve_draft_dir(path_or_name: str | Path) -> Path:
     p = Path(path_or_name).expanduser()
     if p.is_dir():
         return p
-    shipped = resources.files("dspark_lsp") / "drafts" / str(path_or_name)
-    if shipped.is_dir():
-        return Path(str(shipped))
+    shipped = Path(str(resources.files("dspark_lsp") / "drafts" / str(path_or_name)))
+    if shipped.is_dir() and _is_draft_dir(shipped):
+        return shipped
     raise UserError(
         f"no draft model {str(path_or_name)!r}: not a directory, and the shipped drafts are "
         f"{', '.join(shipped_drafts()) or 'none'}"
     )
 
 
-def load_draft_net(path_or_name: str | Path, dtype: torch.dtype = torch.float32) -> tuple[DraftNet, DraftVocab]:
-    d = resolve_draft_dir(path_or_name)
-    for name in (WEIGHTS, CONFIG, VOCAB):
-        if not (d / name).is_file():
-            raise ModelError(f"draft directory {d} lacks {name}")
-    cfg = read_json(d / CONFIG, "draft config", DraftNetConfig.from_dict)
-    vocab = read_json(d / VOCAB, "draft vocab", lambda v: DraftVocab(v["target_ids"], int(v["target_vocab_size"])))
-    if vocab.size != cfg.vocab_size:
-        raise ModelError(f"draft {d}: vocab.json has {vocab.size} ids, the config says {cfg.vocab_size}")
-    model = DraftNet(cfg)
-    weights = load_weights(d / WEIGHTS, "draft")
+def trained_draft_dir(spec: str) -> Path | None:
+    """The directory of a shipped draft name or a draft directory; None for anything else (an HF id,
+    a plain model directory)."""
     try:
-        model.load_state_dict({k: t.to(dtype) for k, t in weights.items()})
-    except RuntimeError as exc:
-        raise ModelError(f"draft weights in {d} do not fit its config: {exc}") from exc
-    model.to(dtype).eval()
+        where = resolve_draft_dir(spec)
+    except UserError:
+        return None
+    return where if _is_draft_dir(where) else None
+
+
+def load_draft_net(path_or_name: str | Path, dtype: torch.dtype = torch.float32) -> tuple[DraftNet, DraftVocab]:
+    model, vocab, _meta = _load(resolve_draft_dir(path_or_name), CONFIG, "draft", DraftNetConfig.from_dict,
+                                DraftNet, dtype)
     return model, vocab
+
+
+def load_feat_draft(d: Path, dtype: torch.dtype = torch.float32) -> tuple[FeatDraft, DraftVocab, dict[str, object]]:
+    return _load(d, FEAT_CONFIG, "feature draft", FeatDraftConfig.from_dict, FeatDraft, dtype)

@@ -1,91 +1,18 @@
-"""Draft sources backed by a causal LM that shares the target's tokenizer (autoregressive drafting)."""
+"""n-gram lookup in front of a model draft (HybridDraftSource), and what the lookup's confidences mean."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
 import torch
 
-from dspark_lsp.engine.draft import DraftSource, Proposal, runner_ups
-from dspark_lsp.engine.kv import cache_len, crop, forward, new_cache
+from dspark_lsp.engine.draft import DraftSource, Proposal
 from dspark_lsp.engine.ngram import NgramDraftSource
-from dspark_lsp.engine.prefix_cache import common_prefix_len
-
-
-def dist_from_logits(logits: torch.Tensor, temperature: float, vocab_size: int) -> torch.Tensor:
-    """Probability vector over the first ``vocab_size`` ids (a draft may pad its vocab differently)."""
-    logits = logits[:vocab_size]
-    if logits.shape[0] < vocab_size:
-        pad = torch.full((vocab_size - logits.shape[0],), float("-inf"), dtype=logits.dtype)
-        logits = torch.cat([logits, pad])
-    if temperature > 0:
-        return torch.softmax(logits / temperature, dim=-1)
-    return torch.softmax(logits, dim=-1)
-
-
-class ModelDraftSource:
-    """An autoregressive draft model with its own KV cache, re-synced to each new context by prefix."""
-
-    supports_parallel = False
-
-    def __init__(self, model: Any, vocab_size: int, name: str = "model") -> None:
-        self.model = model
-        self.vocab_size = vocab_size
-        self.name = name
-        self._cache = new_cache(model)
-        self._ids: list[int] = []  # what the cache covers
-
-    def reset(self) -> None:
-        self._cache = new_cache(self.model)
-        self._ids = []
-
-    def _logits_after(self, context: list[int]) -> torch.Tensor:
-        """Logits for the token after ``context``; leaves the cache covering all of ``context``."""
-        keep = common_prefix_len(self._ids, context[:-1])
-        crop(self._cache, keep)
-        self._ids = self._ids[:keep]
-        feed = context[keep:]
-        logits = forward(self.model, feed, self._cache, keep=1)[0]
-        self._ids = list(context)
-        assert cache_len(self._cache) == len(self._ids)
-        return logits
-
-    def propose(
-        self,
-        context: list[int],
-        max_tokens: int,
-        *,
-        parallel: bool,
-        tau: float,
-        temperature: float = 0.0,
-        generator: torch.Generator | None = None,
-    ) -> Proposal:
-        out = Proposal(dists=[] if temperature > 0 else None, alternates=None if temperature > 0 else [])
-        ctx = list(context)
-        while len(out.tokens) < max_tokens:
-            logits = self._logits_after(ctx)
-            out.forwards += 1
-            probs = dist_from_logits(logits, temperature, self.vocab_size)
-            if temperature > 0:
-                tok = int(torch.multinomial(probs, 1, generator=generator).item())
-                assert out.dists is not None
-                out.dists.append(probs)
-            else:
-                tok = int(torch.argmax(probs).item())
-            conf = float(probs[tok].item())
-            out.tokens.append(tok)
-            out.confidence.append(conf)
-            if out.alternates is not None:
-                out.alternates.append(runner_ups(probs))
-            if conf < tau:
-                break
-            ctx.append(tok)
-        return out
 
 
 def lookup_of(src: DraftSource | None) -> NgramDraftSource | None:
-    """The n-gram lookup a draft source drafts with (itself, or a hybrid's), if any: the caller hands it
-    the document outside the prompt window."""
+    """The n-gram lookup a draft source drafts with (itself, or a hybrid's), if any. (A request's corpus
+    reaches it through the source's ``set_corpus``.)"""
     if isinstance(src, NgramDraftSource):
         return src
     return src.ngram if isinstance(src, HybridDraftSource) else None
@@ -105,7 +32,7 @@ def calibrated_lookup(confidence: float) -> float:
     return LOOKUP_ACCEPTANCE[key]
 
 
-class HybridDraftSource:
+class HybridDraftSource(DraftSource):
     """n-gram lookup first, a draft model where the lookup has nothing.
 
     Code repeats itself: on held-out FIM prompts even a 1-token n-gram match predicted the target better
@@ -131,10 +58,10 @@ class HybridDraftSource:
         self.min_lookup_confidence = min_lookup_confidence
         self.name = f"{model_source.name}+ngram"
         # A feature-conditioned draft behind the lookup still needs the target's features every round.
-        self.wants_features = bool(getattr(model_source, "wants_features", False))
+        self.wants_features = model_source.wants_features
         # Its confidences are calibrated acceptance probabilities (a confidence head): the decoder then lets
         # its cost rule set each round's length.
-        self.calibrated = bool(getattr(model_source, "calibrated", False))
+        self.calibrated = model_source.calibrated
         # Greedy only: when the lookup answers, also ask the model for the first position and offer its
         # choices as alternates (engine.alternates) - verified in the same target forward, so a lookup
         # that copied the wrong continuation can still land the model's token. Worth one draft forward
@@ -143,9 +70,10 @@ class HybridDraftSource:
         self._continues: list[int] = []  # the context a call continuing this round would pass
 
     def set_features(self, start: int, feats: torch.Tensor) -> None:
-        setter = getattr(self.model_source, "set_features", None)
-        if setter is not None:
-            setter(start, feats)
+        self.model_source.set_features(start, feats)
+
+    def set_corpus(self, corpus: Callable[[], list[int]]) -> None:
+        self.ngram.set_corpus(corpus)
 
     def reset(self) -> None:
         self.model_source.reset()

@@ -1,1 +1,0 @@
-"""The DSpark draft network: definition, reduced vocabulary, loading, and its DraftSource adapter."""
