@@ -8,10 +8,12 @@ the entry point `dspark-lsp --stdio | --tcp HOST:PORT` maps onto.
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import json
 import logging
 import os
 import re
+import signal
 import sys
 import threading
 import uuid
@@ -666,6 +668,7 @@ def run_server(
         raise UserError("choose exactly one transport: --stdio or --tcp HOST:PORT")
     server = server or create_server()
     configure_logging(server.channel, log_level, log_file)
+    _stack_dumps_on_signal()
     if stdio:
         # Anything a library prints must not corrupt the protocol stream: the protocol gets a private
         # duplicate of stdout and fd 1 / sys.stdout are pointed at stderr.
@@ -689,6 +692,19 @@ def run_server(
             server.shutdown()
     _flush_logs()
     return _finish(server.exit_code)
+
+
+def _stack_dumps_on_signal() -> None:
+    """``kill -USR1 <pid>`` writes every thread's Python stack to stderr (the editor's server log): how
+    a server that stopped answering shows where it is stuck, without a debugger on the user's machine.
+    The fuzz test sends it when a request goes unanswered (a CI run failed so, with no clue where)."""
+    usr1 = getattr(signal, "SIGUSR1", None)
+    if usr1 is None:  # Windows
+        return
+    try:
+        faulthandler.register(usr1, file=sys.stderr, all_threads=True)
+    except (ValueError, OSError, RuntimeError, AttributeError) as exc:  # no usable stderr; not main thread
+        log.debug("no stack dumps on SIGUSR1: %s", exc)
 
 
 # After DSparkServer.shutdown's own wait (EXIT_GRACE_S) for the worker to see its cancel flag: what the
