@@ -552,6 +552,7 @@ def _clean(text: str, after: str, scope: str, line_before: str = "") -> str:
     the re-typed rest already, and dropping the same closer again broke the line (``len(`` +
     ``set(s.lower())`` -> ``set(s.lower()``; eval, HumanEval/16 and /116)."""
     from dspark_lsp.syntax.stops import brackets_balanced
+    from dspark_lsp.syntax.textutil import is_word_char
 
     line_rest = after.split("\n", 1)[0].rstrip("\r")
     if scope == "single_line":
@@ -564,6 +565,8 @@ def _clean(text: str, after: str, scope: str, line_before: str = "") -> str:
             )
             if not own:
                 text = kept
+        if line_rest[:1] and is_word_char(line_rest[0]) and text[-1:] and is_word_char(text[-1]):
+            return ""  # it would run into the word after the cursor (``x`` + ``foo`` -> ``xfoo``)
         return text.rstrip() if not line_rest.strip() else text
     return text.rstrip()
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from dspark_lsp.syntax import SyntaxDocument
+from dspark_lsp.syntax import Scope, SyntaxDocument
 
 CURSOR = "<|>"
 
@@ -202,3 +202,37 @@ def test_clean_up_keeps_the_completions_own_closer(doc_text: str, generated: str
     tracker = doc.generation(offset, doc.completion_scope(offset), continue_lines=True)
     shown, _cut = finish_text(tracker, generated, text[offset:])
     assert shown == want
+
+
+@pytest.mark.parametrize(
+    ("doc_text", "generated", "want"),
+    [
+        # In code, after a space or a bracket and before a word: an insertion that wraps what follows
+        # (eval, random-span set: HumanEval/34 ``return |set(l)))``, /97 ``return |abs(b % 10)``).
+        ("def f(l):\n    return <|>set(l)))\n", "sorted(list(", "sorted(list("),
+        ("def f(a, b):\n    return <|>abs(b % 10)\n", "abs(a % 10) * abs(b % 10)\nprint(1)\n", "abs(a % 10) * "),
+        # One that would run into the word is not shown (``x`` + ``foo`` -> ``xfoo``).
+        ("def f(l):\n    return <|>set(l)\n", "sorted\n", ""),
+    ],
+)
+def test_an_insertion_before_a_word(doc_text: str, generated: str, want: str) -> None:
+    from dspark_lsp.service import finish_text
+
+    offset = doc_text.index(CURSOR)
+    text = doc_text.replace(CURSOR, "", 1)
+    doc = SyntaxDocument(text, "python")
+    scope = doc.completion_scope(offset)
+    assert scope is Scope.SINGLE_LINE
+    tracker = doc.generation(offset, scope, continue_lines=True)
+    shown, _cut = finish_text(tracker, generated, text[offset:])
+    assert shown == want
+
+
+@pytest.mark.parametrize(
+    "doc_text",
+    ["x = fo<|>o\n", "def f():\n    <|>return 1\n", 's = "hello <|>world"\n', "# see <|>here\n"],
+)
+def test_no_completion_inside_a_word_at_a_line_start_or_in_prose(doc_text: str) -> None:
+    offset = doc_text.index(CURSOR)
+    doc = SyntaxDocument(doc_text.replace(CURSOR, "", 1), "python")
+    assert doc.completion_scope(offset) is Scope.NONE

@@ -19,7 +19,7 @@ CASES: dict[str | None, list[tuple[str, Scope]]] = {
         ("def f():<|>\n", M),
         ("def f():\n    <|>\n", M),
         ("def f():\n    x = 1\n    <|>\n    return x\n", M),
-        ("x = [\n    1,\n    <|>\n]\n", S),
+        ("x = [\n    1,\n    <|>\n]\n", M),  # the elements after: eval, multi-line set
         ("# a comm<|>\n", S),
         ('s = "hel<|>lo"\n', N),
         ('s = "hello <|>world"\n', N),
@@ -33,7 +33,7 @@ CASES: dict[str | None, list[tuple[str, Scope]]] = {
         ("function f() {<|>\n", M),
         ("function f() {<|>}\n", M),
         ("function f() {\n  <|>\n}\n", M),
-        ("const o = {\n  a: 1,\n  <|>\n};\n", S),
+        ("const o = {\n  a: 1,\n  <|>\n};\n", M),
         ("call(<|>);\n", S),
         ("// todo: <|>\n", S),
         ("const s = `a ${<|>}`;\n", S),
@@ -88,7 +88,7 @@ CASES: dict[str | None, list[tuple[str, Scope]]] = {
         ("int x = fo<|>o;\n", N),
         ('printf("%d\\n", <|>);\n', S),
         ("/* note <|> */\n", S),
-        ("int a[] = {\n  1,\n  <|>\n};\n", S),
+        ("int a[] = {\n  1,\n  <|>\n};\n", M),
         ("char c = '<|>x';\n", N),
     ],
     "cpp": [

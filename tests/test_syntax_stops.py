@@ -61,6 +61,14 @@ CASES: list[tuple[str | None, str, str, str | None]] = [
         "return 1;\n  }\n  n() {}\n",
         "return 1;",
     ),
+    # element lists (a blank line in a literal / argument list): the elements up to the bracket's closer
+    ("python", "x = [\n    1,\n    <|>\n]\n", "2,\n    3,\n]\nprint(x)\n", "2,\n    3,"),
+    ("python", "f(\n    a,\n    <|>\n)\n", "b,\n    c)\nprint(f)\n", "b,\n    c"),  # the closer is there
+    ("python", "f(\n    a,\n    <|>\n", "b,\n    c)\nprint(f)\n", "b,\n    c)"),  # not there: kept
+    ("python", "x = [\n    1,\n    <|>\n]\n", "(2, 3),\n    [4],\n]\n", "(2, 3),\n    [4],"),
+    ("javascript", "const a = [\n  1,\n  <|>\n];\n", "2,\n  3,\n];\nconsole.log(a);\n", "2,\n  3,"),
+    ("javascript", "const o = {\n  a: 1,\n  <|>\n};\n", "b: 2,\n  c: [3],\n};\n", "b: 2,\n  c: [3],"),
+    ("c", "int a[] = {\n  1,\n  <|>\n};\n", "2,\n  3\n};\nint b;\n", "2,\n  3"),
     # plain text: indentation rules
     (None, "items:<|>\n", "\n  - one\n  - two\nnext:", "\n  - one\n  - two"),
 ]

@@ -12,7 +12,7 @@ from dspark_lsp.syntax.incremental import IncrementalTree
 from dspark_lsp.syntax.keys import WordIndex
 from dspark_lsp.syntax.languages import LanguageSpec, LoadedLanguage, load_language
 from dspark_lsp.syntax.lexer import CODE, Lexicon, LexState, state_for_text_node
-from dspark_lsp.syntax.scope import Scope, completion_scope, previous_code_line
+from dspark_lsp.syntax.scope import Scope, after_element, completion_scope, previous_code_line
 from dspark_lsp.syntax.stops import CursorFacts
 from dspark_lsp.syntax.textutil import byte_offset, indent_step, indent_width, point_at, strip_cr
 from dspark_lsp.syntax.treequery import TreeQuestions
@@ -139,7 +139,17 @@ class SyntaxDocument:
             indent_step=indent_step(text[max(0, line_start - 8000) : line_end + 2000])
             if scope is Scope.MULTI_LINE
             else None,
+            element_list=scope is Scope.MULTI_LINE
+            and self._in_element_list(offset, line_start, before, after),
         )
+
+    def _in_element_list(self, offset: int, line_start: int, before: str, after: str) -> bool:
+        """A blank line in a literal or argument list after an element (the scope's own test)."""
+        if before.strip() or after.strip() or self.tree is None or self._questions is None:
+            return False
+        if self._questions.in_block(self.tree.root_node, byte_offset(self._text, offset)):
+            return False
+        return after_element(self._text, line_start, self._lexicon)
 
     def generation(self, offset: int, scope: Scope, continue_lines: bool = False) -> GenerationTracker:
         """A decode-time view of ``text[:offset] + generated`` (a snapshot: later edits don't affect it).

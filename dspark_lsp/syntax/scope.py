@@ -1,14 +1,16 @@
 """What to complete at a cursor: nothing, the rest of one line, or several lines.
 
 Rules (llm-ls decides from the node at the cursor; these add the text around it):
-* NONE when a word character follows the cursor (anything inserted would be glued to that word), or
-  inside an escape sequence / char literal (@scope.none).
+* NONE when a word character follows the cursor inside a word, at the line's start, or in prose
+  (anything inserted would be glued to that word), or inside an escape sequence / char literal
+  (@scope.none). In code after a space or a bracket it is SINGLE_LINE (an insertion before the word).
 * SINGLE_LINE inside a comment or string (@scope.text): completing prose is useful, but only up to the
   end of its line; when code follows the cursor on the line; when the cursor is mid-statement.
 * MULTI_LINE at the end of a line that opens a block (``:`` / ``{`` from language.toml), on a blank
   line right after such an opener (an empty body), or on a blank line directly inside a statement
-  container (@scope.block: module, block, class body...).  A blank line inside an argument list or a
-  literal stays SINGLE_LINE: one element per line.
+  container (@scope.block: module, block, class body...), or on a blank line inside a literal or an
+  argument list right after an element or the opening bracket (the elements that follow: eval, multi-line
+  set, ``value_map = {'zero': 0, ...`` holes; their stop is the bracket's closer, see ``stops``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from dspark_lsp.syntax.textutil import byte_offset, is_word_char, strip_cr
 from dspark_lsp.syntax.treequery import TreeQuestions
 
 DEFAULT_OPENERS = (":", "{")
+# How a line before a blank one in a bracket ends when an element list goes on (``1,`` / ``foo(``).
+ELEMENT_ENDS = (",", "(", "[", "{")
 
 
 class Scope(enum.Enum):
@@ -45,6 +49,12 @@ def previous_code_line(text: str, line_start: int, lexicon: Lexicon) -> str:
     return ""
 
 
+def after_element(text: str, line_start: int, lexicon: Lexicon) -> bool:
+    """A blank line not directly in a statement container follows an element (``1,``) or an opening
+    bracket: the cursor is in an element list, whose remaining elements the completion may give."""
+    return previous_code_line(text, line_start, lexicon).endswith(ELEMENT_ENDS)
+
+
 def completion_scope(
     text: str,
     offset: int,
@@ -59,16 +69,21 @@ def completion_scope(
     before = text[line_start:offset]
     after = strip_cr(text[offset : len(text) if line_end < 0 else line_end])
 
-    if after and is_word_char(after[0]):
+    # Before a word: nothing inside the word or at the line's start, but in code after a space or a
+    # bracket the insertion may wrap or extend what follows (``return |set(l)`` + ``sorted(list(``; eval,
+    # random-span set); the clean-up drops an insertion that would end glued to the word.
+    word_after = bool(after) and is_word_char(after[0])
+    if word_after and (not before.strip() or is_word_char(before[-1])):
         return Scope.NONE
     if root is not None and questions is not None:
         ctx = questions.context(root, byte_offset(text, offset))
         if ctx.kind == "none":
             return Scope.NONE
         if ctx.kind == "text":
-            return Scope.SINGLE_LINE
+            return Scope.NONE if word_after else Scope.SINGLE_LINE
     if not lexicon.run(CODE, before).is_code:
-        return Scope.SINGLE_LINE  # an unterminated string or a line comment the tree did not see
+        # An unterminated string or a line comment the tree did not see.
+        return Scope.NONE if word_after else Scope.SINGLE_LINE
     if after.strip():
         # ``{|}`` with an auto-inserted closer: still an empty body being opened.
         closers_only = all(ch in ")]};, \t" for ch in after)
@@ -80,8 +95,9 @@ def completion_scope(
             return Scope.MULTI_LINE  # a blank line opening an (empty) body
         if root is None or questions is None:
             return Scope.MULTI_LINE
-        in_block = questions.in_block(root, byte_offset(text, offset))
-        return Scope.MULTI_LINE if in_block else Scope.SINGLE_LINE
+        if questions.in_block(root, byte_offset(text, offset)):
+            return Scope.MULTI_LINE
+        return Scope.MULTI_LINE if after_element(text, line_start, lexicon) else Scope.SINGLE_LINE
     if strip_comment(before, lexicon).rstrip().endswith(openers):
         return Scope.MULTI_LINE
     return Scope.SINGLE_LINE

@@ -6,6 +6,7 @@ Rules, in the order they can fire while text streams in:
 * multi-line scope:
   - braces languages: the ``}`` that closes the enclosing block (brace depth below zero, counting only
     code braces). Cut before it when the suffix already starts with ``}``, else keep it and stop after.
+    In an element list (any language) the same with ``)`` and ``]`` counted too.
   - indent languages: a line indented less than the completion's first line (or not more than the
     block opener's line) - a dedent out of the block.
   - any language: a blank line followed by a line at column 0 (a new top-level construct, Tabby's rule);
@@ -82,6 +83,10 @@ class CursorFacts:
     # or that finishes a block header (``for i in range(`` + ``n):``, then its body). Without it such
     # completions showed nothing or a bodiless header (eval, random-span set: 6 of 65 holes empty so).
     continuation: CursorFacts | None = None
+    # The cursor is on a blank line in an element list (a literal, an argument list): the completion
+    # ends at the closer of the enclosing bracket, whatever its kind (cut before it when the document
+    # has it already), as a braces block ends at its ``}``.
+    element_list: bool = False
 
 
 def brackets_balanced(text: str) -> bool:
@@ -173,7 +178,8 @@ class StopRules:
         if body.endswith(rest):
             head = body[: len(body) - len(rest)]
             if brackets_balanced(head):
-                return len(head.rstrip())
+                # Before a word the space stays (``a * `` + ``abs(b)``); before a closer it goes.
+                return len(head if is_word_char(rest[0]) else head.rstrip())
         return None
 
     def _check_partial(self, partial: str, final: bool) -> None:
@@ -183,7 +189,7 @@ class StopRules:
             if rest and (rest[0] in _EARLY_REST or final):
                 self._stop = self._single_line_cut(partial)
             return
-        if facts.braces:
+        if facts.braces or facts.element_list:
             self._scan_braces(partial, self._line_start)
         if self._stop is None and not facts.braces:
             self._check_indent(partial, self._line_start)
@@ -198,9 +204,9 @@ class StopRules:
                 self._stop = cut if cut is not None else start + len(strip_cr(line))
                 return
             self.facts = facts = facts.continuation  # from here on the multi-line rules judge it
-        if facts.braces:
+        if facts.braces or facts.element_list:
             self._scan_braces(line, start)
-        else:
+        if self._stop is None and not facts.braces:
             self._check_indent(line, start)
         if self._stop is not None:
             return
@@ -210,10 +216,12 @@ class StopRules:
         # Advance the lexical state and the brace depth to the next line's start.
         depth = [self._depth]
 
+        opens, closes = self._brackets()
+
         def on_code(_: int, ch: str) -> None:
-            if ch == "{":
+            if ch in opens:
                 depth[0] += 1
-            elif ch == "}":
+            elif ch in closes:
                 depth[0] -= 1
 
         self._state = self.lexicon.run(self._state, line + "\n", on_code)
@@ -236,18 +244,24 @@ class StopRules:
     def _full_line(self, line: str) -> str:
         return self.facts.line_before + line if self._line_no == 0 else line
 
+    def _brackets(self) -> tuple[str, str]:
+        """The openers and closers the depth counts: braces, or every bracket in an element list."""
+        return ("([{", ")]}") if self.facts.element_list else ("{", "}")
+
     def _scan_braces(self, line: str, start: int) -> None:
-        """Find a code ``}`` in ``line`` that takes the depth below zero (closes the enclosing block)."""
+        """Find a code closer in ``line`` that takes the depth below zero (closes the enclosing block, or
+        the element list's bracket)."""
         depth = self._depth
         hit: list[int] = []
+        opens, closes = self._brackets()
 
         def on_code(i: int, ch: str) -> None:
             nonlocal depth
             if hit:
                 return
-            if ch == "{":
+            if ch in opens:
                 depth += 1
-            elif ch == "}":
+            elif ch in closes:
                 depth -= 1
                 if depth < 0:
                     hit.append(i)
@@ -256,7 +270,8 @@ class StopRules:
         if not hit:
             return
         i = hit[0]
-        if self.facts.suffix_line.startswith("}") or self.facts.line_after.strip().startswith("}"):
+        closer = line[i]
+        if self.facts.suffix_line.startswith(closer) or self.facts.line_after.strip().startswith(closer):
             # The document already closes the block: cut before the brace (and before its line).
             self._stop = self._cut_before_line() if not line[:i].strip() else start + len(line[:i].rstrip())
         else:
@@ -272,7 +287,9 @@ class StopRules:
         opener = self.facts.opener_indent
         if self._min_indent is None:
             if opener is not None and indent <= opener and self._line_no > 0:
-                self._stop = self._cut_before_line()  # the body would be empty: the model left the block at once
+                self._stop = (
+                    self._cut_before_line()
+                )  # the body would be empty: the model left the block at once
                 return
             self._min_indent = indent
             return
