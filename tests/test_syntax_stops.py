@@ -115,3 +115,31 @@ def test_brackets_balanced() -> None:
     assert brackets_balanced("f(a[1], {b})")
     assert not brackets_balanced("f(")
     assert not brackets_balanced("f)(")
+
+
+@pytest.mark.parametrize(
+    ("doc_text", "generated", "capped", "want"),
+    [
+        # The budget ran out mid-line: the complete lines are the completion (eval, HumanEval/1/L4_L12).
+        (
+            "def f(s):\n    <|>\n",
+            "r = []\n    for c in s:\n        r.append(c)\n    return ''.join(r[",
+            True,
+            "r = []\n    for c in s:\n        r.append(c)",
+        ),
+        # A header left without its body by that cut goes with it.
+        ("def f(s):\n    <|>\n", "r = []\n    for c in s:\n        r.app", True, "r = []"),
+        # Stopped by EOS instead: the last line is the model's own end and stays.
+        ("def f(s):\n    <|>\n", "r = []\n    return r", False, None),
+        # A single line cut by the budget is all there is: kept.
+        ("def f(s):\n    <|>\n", "return sorted(s, key=len", True, None),
+    ],
+)
+def test_a_line_the_budget_cut_short_is_dropped(
+    doc_text: str, generated: str, capped: bool, want: str | None
+) -> None:
+    offset = doc_text.index(CURSOR)
+    doc = SyntaxDocument(doc_text.replace(CURSOR, "", 1), "python")
+    tracker = doc.generation(offset, doc.completion_scope(offset))
+    cut = tracker.stop_index(generated, final=True, capped=capped)
+    assert (None if cut is None else generated[:cut]) == want

@@ -145,12 +145,13 @@ class GenerationTracker:
         """The completion's scope as decoded so far (a single-line one may have continued to more lines)."""
         return self._stops.scope
 
-    def stop_index(self, generated: str, final: bool = False) -> int | None:
+    def stop_index(self, generated: str, final: bool = False, capped: bool = False) -> int | None:
         """Where to cut the completion (``generated[:i]``), or None to keep going.
 
         ``final=True`` when the decoder stopped for another reason (EOS, budget): the last, unfinished
-        line is then judged as a complete one.
+        line is then judged as a complete one. ``capped=True`` (with ``final``) when that reason was the
+        token budget: a multi-line completion then drops a last line the budget cut short.
         """
         if not isinstance(generated, str):
             raise UserError(f"generated text must be a string, not {type(generated).__name__}")
-        return self._stops.stop_index(generated, final)
+        return self._stops.stop_index(generated, final, capped)

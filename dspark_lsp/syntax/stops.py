@@ -136,7 +136,7 @@ class StopRules:
         self._top_indent: int | None = None  # indentation of the completion's first content line
         self._seen: Counter[str] = Counter()
 
-    def stop_index(self, generated: str, final: bool = False) -> int | None:
+    def stop_index(self, generated: str, final: bool = False, capped: bool = False) -> int | None:
         if not generated.startswith(self._text):
             self._reset()  # the decoder rolled back: replay from scratch (completions are short)
         if self._stop is not None:
@@ -151,7 +151,12 @@ class StopRules:
             partial = generated[self._line_start :]
             self._check_partial(partial, final)
             if self._stop is None and final and partial.strip():
-                self._complete_line(partial, len(generated))
+                if capped and self.facts.scope is Scope.MULTI_LINE and self._content_lines > 0:
+                    # The budget cut this line short (``result.append(''.join(current``): the lines
+                    # before it are a completion, a broken last line is not (eval, HumanEval/1).
+                    self._stop = self._cut_before_line()
+                else:
+                    self._complete_line(partial, len(generated))
             if self._stop is None and final and self._before_header is not None:
                 self._stop = self._cut_before_line()  # the text ends on a bodiless header
         return self._stop
