@@ -226,3 +226,52 @@ def test_fused_projection_sees_in_place_updates_of_its_input() -> None:
     assert torch.equal(fused[0](h), separate[0](h))
     h.mul_(2.0)
     assert torch.equal(fused[1](h), separate[1](h))
+
+
+@pytest.fixture
+def bf16_prefill() -> object:
+    """The kernel's process-wide prefill switch on for one test, restored after."""
+    before = torch.ops.dspark_q.prefill_bf16()
+    torch.ops.dspark_q.set_prefill_bf16(True)
+    yield None
+    torch.ops.dspark_q.set_prefill_bf16(before)
+
+
+@pytest.mark.parametrize("n", [70, 1100])  # one weight tile, two (the second partial)
+def test_bf16_prefill_rounds_only_the_many_row_products(bf16_prefill: object, n: int) -> None:
+    packed = _packed(T.Q4_K, n, 512, seed=40)
+    lin = QuantLinear(packed)
+    x = torch.randn(SMALL_M + 9, 512, generator=torch.Generator().manual_seed(10))
+    y = lin(x)
+    torch.ops.dspark_q.set_prefill_bf16(False)
+    exact = lin(x)
+    small_exact = lin(x[:8])
+    torch.ops.dspark_q.set_prefill_bf16(True)
+    assert not torch.equal(y, exact)  # the bf16 path ran
+    ref = x.double() @ torch.from_numpy(packed.values()).double().t()
+    # bf16 keeps 8 bits of each operand: errors ~2^-8 of the terms' sizes, far above fp32's
+    scale = x.abs().double() @ torch.from_numpy(np.abs(packed.values())).double().t()
+    assert ((y.double() - ref).abs() <= 2**-6 * scale + 1e-6).all()
+    assert torch.equal(lin(x[:8]), small_exact)  # decode / verify rows: untouched
+
+
+def test_loader_picks_bf16_prefill_only_for_dtype_auto_on_native_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dspark_lsp.models import loader
+
+    before = torch.ops.dspark_q.prefill_bf16()
+    try:
+        monkeypatch.setattr(loader, "cpu_has_native_bf16", lambda: True)
+        monkeypatch.delenv(loader.PREFILL_ENV, raising=False)
+        loader._choose_prefill_precision("m", explicit=False)
+        assert torch.ops.dspark_q.prefill_bf16()
+        loader._choose_prefill_precision("m", explicit=True)  # dtype gguf: the file's exact arithmetic
+        assert not torch.ops.dspark_q.prefill_bf16()
+        monkeypatch.setenv(loader.PREFILL_ENV, "fp32")
+        loader._choose_prefill_precision("m", explicit=False)
+        assert not torch.ops.dspark_q.prefill_bf16()
+        monkeypatch.delenv(loader.PREFILL_ENV)
+        monkeypatch.setattr(loader, "cpu_has_native_bf16", lambda: False)
+        loader._choose_prefill_precision("m", explicit=False)
+        assert not torch.ops.dspark_q.prefill_bf16()
+    finally:
+        torch.ops.dspark_q.set_prefill_bf16(before)

@@ -214,9 +214,27 @@ def _load_quantized(
         raise ModelError(f"could not load model {spec!r} from {source}: {_first_line(exc)}") from exc
     model, report = build_quantized_model(gguf, config, log=log.warning)
     log.info("model %s: %s from %s", spec, report.summary(), gguf.name)
+    _choose_prefill_precision(spec, explicit)
     pack_linears(model, "off" if pack == "off" else "auto")  # tensors the kernel lacks, kept in fp32
     # transformers' own class (Qwen2ForCausalLM), typed by its factory as a plain Module
     return model, tokenizer  # type: ignore[return-value]
+
+
+# DSPARK_PREFILL=fp32 keeps the exact fp32 prefill products under dtype auto (measurements, bisecting).
+PREFILL_ENV = "DSPARK_PREFILL"
+
+
+def _choose_prefill_precision(spec: str, explicit: bool) -> None:
+    """Prefill products (many rows) in bf16 under dtype auto on a CPU with native bf16 products: ~2x
+    faster prompts (0.5B, 256 tokens, 2 cores AVX512-BF16: 1.32-1.46 -> 0.73 s), the file's weights and
+    the activations rounded to bf16 there only; decode and verify keep their exact products, so output
+    stays identical with and without speculation. ``dtype: gguf`` (explicit) keeps the file's exact
+    arithmetic everywhere. The switch is the kernel's, process-wide: one target per process."""
+    import torch
+
+    bf16 = not explicit and cpu_has_native_bf16() and os.environ.get(PREFILL_ENV, "auto") != "fp32"
+    torch.ops.dspark_q.set_prefill_bf16(bf16)
+    log.info("model %s: prefill products in %s", spec, "bf16" if bf16 else "fp32")
 
 
 def release_load_temporaries() -> bool:
