@@ -8,12 +8,13 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dspark_lsp.errors import UserError
 from dspark_lsp.lsp.transport_args import add_transport_arguments, transport_of
 
 if TYPE_CHECKING:
+    from dspark_lsp.contract import CompletionStats
     from dspark_lsp.service import ServiceConfig
 
 PROG = "dspark-lsp"
@@ -50,7 +51,8 @@ def cmd_complete(args: argparse.Namespace) -> int:
     text = read_text_file(Path(args.file))
     offset = offset_of_utf16(text, args.line, args.col)
 
-    from dspark_lsp.service import CompletionRequest, CompletionService, ServiceConfig
+    from dspark_lsp.contract import CompletionRequest
+    from dspark_lsp.service import CompletionService, ServiceConfig
 
     cfg = ServiceConfig(
         model=args.model,
@@ -89,7 +91,7 @@ def cmd_complete(args: argparse.Namespace) -> int:
                     "scope": result.scope,
                     "stop_reason": result.stop_reason,
                     "model": service.description,
-                    "stats": result.stats,
+                    "stats": result.stats.to_json(),
                 },
                 ensure_ascii=False,
             )
@@ -99,27 +101,27 @@ def cmd_complete(args: argparse.Namespace) -> int:
             print(f"(no completion: scope={result.scope}, stop={result.stop_reason})", file=sys.stderr)
         sys.stdout.write(result.text + ("\n" if result.text and not result.text.endswith("\n") else ""))
         s = result.stats
-        if "backend" in s:
+        if s.backend is not None:
             print(
-                f"[{s.get('tokens', '?')} tokens in {s['seconds']:.2f} s from {s['backend']}, first text after "
-                f"{s.get('first_text_ms')} ms]",
+                f"[{s.tokens if s.tokens is not None else '?'} tokens in {s.seconds or 0.0:.2f} s from {s.backend}, "
+                f"first text after {s.first_text_ms} ms]",
                 file=sys.stderr,
             )
-        elif "tokens" in s:
+        elif s.tokens is not None:
             print(
-                f"[{s['tokens']} tokens in {s['seconds']:.2f} s ({_rate(s)}), {s['target_forwards']} target "
-                f"forwards, {s['accepted_per_forward']:.2f} tokens/forward, draft={s['draft']}, "
-                f"weights={s.get('weights', '?')}]",
+                f"[{s.tokens} tokens in {s.seconds or 0.0:.2f} s ({_rate(s)}), {s.target_forwards} target "
+                f"forwards, {s.accepted_per_forward or 0.0:.2f} tokens/forward, draft={s.draft}, "
+                f"weights={s.weights or '?'}]",
                 file=sys.stderr,
             )
     return 0
 
 
-def _rate(stats: dict[str, Any]) -> str:
+def _rate(stats: CompletionStats) -> str:
     """'12.3 tok/s, decode 25.1 tok/s': end to end, and after the prefill (what the user waits per token)."""
-    total = float(stats.get("seconds") or 0.0)
-    tokens = int(stats.get("tokens") or 0)
-    decode = total - float(stats.get("t_prefill_ms") or 0.0) / 1000
+    total = float(stats.seconds or 0.0)
+    tokens = int(stats.tokens or 0)
+    decode = total - float(stats.t_prefill_ms or 0.0) / 1000
     out = f"{tokens / total:.1f} tok/s" if total > 0 else "- tok/s"
     if decode > 0 and tokens > 1:
         out += f", decode {(tokens - 1) / decode:.1f} tok/s"

@@ -242,7 +242,7 @@ class ServiceRecord:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ServiceRecord:
         """The inverse of `to_json` (ValueError when a field is missing or of the wrong type)."""
-        flags = {name: data.get(name) for name in RECORD_FLAGS}
+        flags: dict[str, Any] = {name: data.get(name) for name in RECORD_FLAGS}
         for name, kind in RECORD_FLAGS.items():
             value = flags[name]
             if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):

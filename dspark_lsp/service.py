@@ -12,9 +12,10 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
+from dspark_lsp.contract import CompletionRequest, CompletionResult, CompletionStats, ServiceRecord
 from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
 from dspark_lsp.engine.costs import calibrate_forwards, cost_profile
 from dspark_lsp.engine.decode import SpeculativeDecoder
@@ -196,28 +197,6 @@ def _is_int(v: Any) -> bool:
 
 
 @dataclass
-class CompletionRequest:
-    text: str
-    offset: int
-    language_id: str | None = None
-    path: str | None = None
-    doc_key: str = ""
-    max_new_tokens: int | None = None
-
-
-@dataclass
-class CompletionResult:
-    text: str
-    prompt: str
-    completion_ids: list[int]
-    scope: str
-    stats: dict[str, Any] = field(default_factory=dict)
-    cancelled: bool = False
-    stop_reason: str = ""
-    from_cache: bool = False
-
-
-@dataclass
 class _Shown:
     """A completion the editor may be showing: typing through it is answered without the model."""
 
@@ -233,14 +212,19 @@ class _Shown:
 class _Prepared:
     """A request that needs the model (local or remote): not answered from the typed-through cache, not
     out of scope. ``scope`` is a syntax Scope, ``tracker`` its generation tracker (syntax is imported
-    lazily, so both stay untyped here)."""
+    lazily, so both stay untyped here). Both backends' ``complete`` take one from ``_prepare``, decode,
+    and hand it with the text to ``_finish``."""
 
+    req: CompletionRequest
     t0: float
     before: str
     after: str
     scope: Any
     fp: FimPrompt
     tracker: Any
+
+    def elapsed_ms(self) -> float:
+        return round((time.perf_counter() - self.t0) * 1000, 2)
 
 
 class CompletionService:
@@ -268,7 +252,7 @@ class CompletionService:
         self.fim = detect_fim_tokens(tokenizer)
         self.prefix_cache = PrefixCache(max_entries=4, max_tokens=4 * max(config.context_window, 512))
         self.decoder = SpeculativeDecoder(target, prefix_cache=self.prefix_cache if config.prefix_reuse else None)
-        self._recent: deque[dict[str, Any]] = deque(maxlen=self.RECENT)
+        self._recent: deque[ServiceRecord] = deque(maxlen=self.RECENT)
         self._shown: OrderedDict[str, list[_Shown]] = OrderedDict()
         # Per-document scheduler state (what the confidence scheduler learnt), bounded LRU.
         self._sched_state: OrderedDict[str, tuple[float, ...]] = OrderedDict()
@@ -353,7 +337,8 @@ class CompletionService:
             self._sched_state.pop(doc_key, None)
 
     def recent_stats(self) -> list[dict[str, Any]]:
-        return list(self._recent)
+        """The last requests' records in their wire form (dspark/stats' "service" list)."""
+        return [record.to_json() for record in self._recent]
 
     # ---------------------------------------------------------------------------------- completion
     def _prepare(self, req: CompletionRequest) -> CompletionResult | _Prepared:
@@ -368,19 +353,19 @@ class CompletionService:
         before, after = req.text[: req.offset], req.text[req.offset :]
         cached = self._typed_through(req.doc_key, before, after) if cfg.completion_cache else None
         if cached is not None:
-            cached.stats["latency_ms"] = round((time.perf_counter() - t0) * 1000, 2)
+            cached.stats.latency_ms = round((time.perf_counter() - t0) * 1000, 2)
             self._record(req, cached)
             return cached
         doc = SyntaxDocument(req.text, detect_language(req.path, req.language_id))
         scope = decide_scope(doc, req.offset, cfg.multiline)
         if scope is Scope.NONE:
-            result = CompletionResult("", "", [], scope.value, {"latency_ms": 0.0}, stop_reason="scope_none")
+            result = CompletionResult("", "", [], scope.value, CompletionStats(latency_ms=0.0), stop_reason="scope_none")
             self._record(req, result)
             return result
         fp = build_fim_prompt(req.text, req.offset, self.tokenizer, self.fim, context_window=cfg.context_window,
                               prefix_share=cfg.prefix_share)
         tracker = doc.generation(req.offset, scope, continue_lines=cfg.multiline == "auto")
-        return _Prepared(t0, before, after, scope, fp, tracker)
+        return _Prepared(req, t0, before, after, scope, fp, tracker)
 
     def complete(
         self,
@@ -391,8 +376,7 @@ class CompletionService:
         prep = self._prepare(req)
         if isinstance(prep, CompletionResult):
             return prep
-        cfg = self.config
-        t0, before, after, scope, fp, tracker = prep.t0, prep.before, prep.after, prep.scope, prep.fp, prep.tracker
+        cfg, fp, tracker = self.config, prep.fp, prep.tracker
         decode_text = self._decoder_text()
 
         def is_key(ids: list[int]) -> bool:
@@ -425,51 +409,24 @@ class CompletionService:
             while len(self._sched_state) > self.SHOWN_CACHE:
                 self._sched_state.popitem(last=False)
         full_text = decode_text(res.tokens)
-        text, cut = finish_text(tracker, full_text, after)
-        scope = tracker.scope
+        text, cut = finish_text(tracker, full_text, prep.after, capped=res.stats.stop_reason == "max_tokens")
         ids = _ids_covering(res.tokens, len(text), decode_text)
         st = res.stats
-        latency = (time.perf_counter() - t0) * 1000
-        stats: dict[str, Any] = {
-            "latency_ms": round(latency, 2),
-            "tokens": st.new_tokens,
-            "seconds": round(st.t_total, 4),
-            "prompt_tokens": st.prompt_tokens,
-            "prefill_tokens": st.prefill_tokens,
-            "reused_tokens": st.reused_tokens,
-            "target_forwards": st.target_forwards,
-            "draft_forwards": st.draft_forwards,
-            "accepted_per_forward": round(st.tokens_per_forward, 3),
-            "proposed": st.proposed,
-            "accepted": st.accepted,
-            "k_trace": st.k_trace,
-            "tau_trace": st.tau_trace,
-            "t_prefill_ms": round(st.t_prefill * 1000, 2),
-            "t_draft_ms": round(st.t_draft * 1000, 2),
-            "t_verify_ms": round(st.t_verify * 1000, 2),
-            "t_other_ms": round(st.t_other * 1000, 2),
-            "draft": getattr(draft, "name", "none"),
-            # "gguf": the target computes from its GGUF's quantized blocks; else its torch dtype
-            "weights": self.weights,
-        }
-        if st.new_tokens > 0 and st.target_forwards > 0:
-            # The speed-up status bars show: the target alone runs one forward per token (the prefill
-            # counts once and yields the first), so forwards saved = tokens per target forward. It counts
-            # forwards, not seconds (a verify forward of several tokens costs more than a 1-token one,
-            # engine.costs), so the wall-clock gain is at most this. Absent when nothing was decoded.
-            stats["speedup"] = stats["accepted_per_forward"]
-        result = CompletionResult(
-            text=text,
-            prompt=fp.text,
-            completion_ids=ids,
-            scope=scope.value,
-            stats=stats,
-            cancelled=st.stop_reason == "cancelled",
-            stop_reason=st.stop_reason if cut is None or st.stop_reason == "cancelled" else "syntax",
-        )
-        if cfg.completion_cache and not result.cancelled and text:
-            self._remember(req.doc_key, _Shown(before, after, text, ids, fp.text, scope.value))
-        self._record(req, result)
+        # "gguf": the target computes from its GGUF's quantized blocks; else its torch dtype
+        stats = CompletionStats.from_decode(st, latency_ms=prep.elapsed_ms(), draft=getattr(draft, "name", "none"),
+                                            weights=self.weights)
+        cancelled = st.stop_reason == "cancelled"
+        return self._finish(prep, text, ids, stats, scope=tracker.scope.value, cancelled=cancelled,
+                            stop_reason=st.stop_reason if cut is None or cancelled else "syntax")
+
+    def _finish(self, prep: _Prepared, text: str, ids: list[int], stats: CompletionStats, *, scope: str,
+                cancelled: bool, stop_reason: str) -> CompletionResult:
+        """What every backend does last: the result; remembered for typing through it, and recorded."""
+        result = CompletionResult(text=text, prompt=prep.fp.text, completion_ids=ids, scope=scope, stats=stats,
+                                  cancelled=cancelled, stop_reason=stop_reason)
+        if self.config.completion_cache and not cancelled and text:
+            self._remember(prep.req.doc_key, _Shown(prep.before, prep.after, text, ids, prep.fp.text, scope))
+        self._record(prep.req, result)
         return result
 
     # ------------------------------------------------------------------------------------ helpers
@@ -508,18 +465,14 @@ class CompletionService:
                     prompt=shown.prompt,
                     completion_ids=[],
                     scope=shown.scope,
-                    stats={"typed_through": len(typed)},
+                    stats=CompletionStats(typed_through=len(typed)),
                     stop_reason="cache",
                     from_cache=True,
                 )
         return None
 
     def _record(self, req: CompletionRequest, result: CompletionResult) -> None:
-        entry = {"doc": req.doc_key, "chars": len(result.text), "scope": result.scope,
-                 "from_cache": result.from_cache, "cancelled": result.cancelled,
-                 "stop_reason": result.stop_reason}
-        entry.update({k: v for k, v in result.stats.items() if not isinstance(v, list)})
-        self._recent.append(entry)
+        self._recent.append(result.record(req.doc_key))
 
 
 def decide_scope(doc: Any, offset: int, multiline: str) -> Any:
@@ -534,12 +487,13 @@ def decide_scope(doc: Any, offset: int, multiline: str) -> Any:
     return scope
 
 
-def finish_text(tracker: Any, full_text: str, after: str) -> tuple[str, int | None]:
+def finish_text(tracker: Any, full_text: str, after: str, capped: bool = False) -> tuple[str, int | None]:
     """What the user is shown of the decoded ``full_text``: cut where the stop rules say (the cut index,
     or None), then cleaned against the text after the cursor. `eval --rescore` re-runs this offline.
     The clean-up follows the scope the completion ended with (``tracker.scope``: a single-line one may
-    have continued onto the next lines)."""
-    cut = tracker.stop_index(full_text, final=True)
+    have continued onto the next lines). ``capped``: the token budget ended the decode (a multi-line
+    completion then drops a last line the budget cut short)."""
+    cut = tracker.stop_index(full_text, final=True, capped=capped)
     text = full_text if cut is None else full_text[:cut]
     return _clean(text, after, tracker.scope.value, tracker.line_before), cut
 

@@ -1,8 +1,8 @@
 """What the language server needs from `dspark_lsp.service`, as one injectable bundle.
 
 The server never imports torch or the models itself: it talks to a `CompletionService` through the
-duck-typed protocol below. Tests inject a fake backend (`create_server(service_factory=...)`) so the
-protocol layer can be exercised without model weights.
+protocol below, in the types of `dspark_lsp.contract` (torch-free). Tests inject a fake backend
+(`create_server(service_factory=...)`) so the protocol layer can be exercised without model weights.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from dspark_lsp.contract import CompletionRequest, CompletionResult
 
 # progress(message, fraction in [0, 1] or None) — forwarded to window/workDoneProgress.
 ProgressFn = Callable[[str, "float | None"], None]
@@ -21,14 +23,16 @@ class ServiceLike(Protocol):
 
     def complete(
         self,
-        req: Any,
+        req: CompletionRequest,
         cancel: threading.Event | None = None,
         on_text: Callable[[str], None] | None = None,
-    ) -> Any: ...
+    ) -> CompletionResult: ...
 
     def update_config(self, config: Any) -> None: ...
 
-    def recent_stats(self) -> list[dict[str, Any]]: ...
+    def recent_stats(self) -> list[dict[str, Any]]:
+        """The last requests' records, each a `contract.ServiceRecord`'s wire form."""
+        ...
 
     def close(self) -> None: ...
 
@@ -43,7 +47,7 @@ class Backend:
     load(config, progress) -> service (blocking, may raise UserError)."""
 
     config_from_settings: ConfigFromSettings
-    make_request: Callable[..., Any]
+    make_request: Callable[..., CompletionRequest]
     load: ServiceFactory
 
 
@@ -53,6 +57,6 @@ def default_backend(service_factory: ServiceFactory | None = None) -> Backend:
 
     return Backend(
         config_from_settings=lambda settings, base: service.ServiceConfig.from_settings(settings, base),
-        make_request=service.CompletionRequest,
+        make_request=CompletionRequest,
         load=service_factory or (lambda config, progress: service.CompletionService.load(config, progress)),
     )

@@ -32,6 +32,7 @@ from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
 
+from dspark_lsp.contract import as_result
 from dspark_lsp.errors import UserError
 from dspark_lsp.lsp.backend import Backend, ServiceFactory, default_backend
 from dspark_lsp.lsp.channel import SESSION_CHANNEL, Channel
@@ -418,17 +419,14 @@ class DSparkServer(LanguageServer):
         models = self.models
         if outcome.status != "ok" or models is None or models.state != READY:
             return
-        stats = getattr(outcome.result, "stats", None)
-        stats = stats if isinstance(stats, dict) else {}
-        if not getattr(outcome.result, "from_cache", False):
+        result = as_result(outcome.result)
+        if not result.from_cache:
             # The service's figure: tokens per target forward, i.e. how many times fewer target
-            # forwards than the target alone (CompletionService.complete); absent when nothing was
+            # forwards than the target alone (CompletionStats.from_decode); absent when nothing was
             # decoded. An answer from the typed-through cache ran no model: the bar keeps the last
             # decoded completion's figures.
-            speedup = stats.get("speedup")
-            self.last_speedup = float(speedup) if isinstance(speedup, (int, float)) else None
-            per_forward = stats.get("accepted_per_forward")
-            self.last_accepted_per_forward = per_forward if isinstance(per_forward, (int, float)) else None
+            self.last_speedup = result.stats.speedup
+            self.last_accepted_per_forward = result.stats.accepted_per_forward
         self.channel.status(
             READY,
             models.message,

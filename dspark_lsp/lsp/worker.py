@@ -21,8 +21,10 @@ from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from dspark_lsp.contract import CompletionRequest, CompletionResult, as_result
 from dspark_lsp.errors import UserError
 from dspark_lsp.lsp import memory
+from dspark_lsp.lsp.backend import ServiceLike
 from dspark_lsp.lsp.loader import ModelManager
 
 log = logging.getLogger(__name__)
@@ -60,7 +62,7 @@ class Outcome:
 
     status: str  # ok | empty | superseded | cancelled | not_ready | error
     text: str = ""
-    result: Any = None
+    result: CompletionResult | None = None
     latency_ms: float = 0.0
     detail: str = ""
 
@@ -107,7 +109,7 @@ class CompletionWorker:
     async def run(
         self,
         uri: str,
-        make_request: Callable[[], Any],
+        make_request: Callable[[], CompletionRequest],
         debounce_ms: int,
     ) -> Outcome:
         """Debounce, then complete on the worker thread. Never raises except CancelledError."""
@@ -136,7 +138,7 @@ class CompletionWorker:
                     outcome.latency_ms,
                     debounce_ms,
                     len(outcome.text),
-                    _service_figures(outcome.result),
+                    outcome.result.figures() if outcome.result is not None else {},
                 )
             )
             if self.on_done is not None:
@@ -146,7 +148,7 @@ class CompletionWorker:
                     log.debug("on_done hook failed", exc_info=True)
 
     async def _run(
-        self, cancellation: Cancellation, make_request: Callable[[], Any], debounce_ms: int
+        self, cancellation: Cancellation, make_request: Callable[[], CompletionRequest], debounce_ms: int
     ) -> Outcome:
         if debounce_ms > 0 and await cancellation.wait(debounce_ms / 1000):
             return Outcome("superseded")
@@ -166,13 +168,13 @@ class CompletionWorker:
             # On the job's end, not on this coroutine's: a request the editor cancelled ($/cancelRequest,
             # this task cancelled) still ran its prefill. Under load nearly every request ends so.
             job.add_done_callback(self._release_memory)
-        result = await answer
-        if isinstance(result, Outcome):
-            return result
-        if cancellation.cancelled or getattr(result, "cancelled", False):
+        answered = await answer
+        if isinstance(answered, Outcome):
+            return answered
+        result = as_result(answered)  # the service's answer read once, in the contract's types
+        if cancellation.cancelled or result.cancelled:
             return Outcome("superseded", result=result)
-        text = getattr(result, "text", "") or ""
-        return Outcome("ok" if text else "empty", text=text, result=result)
+        return Outcome("ok" if result.text else "empty", text=result.text, result=result)
 
     def _release_memory(self, job: Future[Any]) -> None:
         """When a completion job that ran the model ends (worker thread): queue malloc_trim behind it
@@ -200,18 +202,6 @@ class CompletionWorker:
         }
 
 
-def _service_figures(result: Any) -> dict[str, Any]:
-    """The service's per-request figures plus the result flags that live outside `stats`."""
-    if result is None:
-        return {}
-    stats = getattr(result, "stats", None)
-    figures = {k: v for k, v in stats.items() if not isinstance(v, list)} if isinstance(stats, dict) else {}
-    for name in ("from_cache", "stop_reason", "scope", "cancelled"):
-        if hasattr(result, name):
-            figures[name] = getattr(result, name)
-    return figures
-
-
 def _trim_when_idle(executor: Executor) -> None:
     """Worker-thread body: malloc_trim unless a job waits (the next completion goes first; it trims too)."""
     queued = getattr(executor, "queued", None)
@@ -220,7 +210,7 @@ def _trim_when_idle(executor: Executor) -> None:
     memory.release_free_memory()
 
 
-def _complete(service: Any, request: Any, cancel: threading.Event) -> Any:
+def _complete(service: ServiceLike, request: CompletionRequest, cancel: threading.Event) -> CompletionResult | Outcome:
     """Worker-thread body. A job cancelled while it waited in the queue never starts decoding."""
     if cancel.is_set():
         return Outcome("superseded")

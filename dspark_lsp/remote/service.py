@@ -11,23 +11,15 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
 
+from dspark_lsp.contract import CompletionRequest, CompletionResult, CompletionStats, ServiceRecord
 from dspark_lsp.errors import UserError
 from dspark_lsp.remote.client import BackendError, CompletionsClient
 from dspark_lsp.remote.config import RemoteSettings
-from dspark_lsp.service import (
-    CompletionRequest,
-    CompletionResult,
-    CompletionService,
-    Progress,
-    ServiceConfig,
-    _Shown,
-    finish_text,
-)
+from dspark_lsp.service import CompletionService, Progress, ServiceConfig, _Shown, finish_text
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +58,7 @@ class RemoteCompletionService(CompletionService):
         self._stop_ids = list(dict.fromkeys((*self.fim.eos_ids, self.fim.prefix_id, self.fim.suffix_id, self.fim.middle_id)))
         # The same ids as text, for servers that send special tokens back as text: our own cut there.
         self._markers = [m for m in (_token_text(tokenizer, i) for i in self._stop_ids) if m]
-        self._recent: deque[dict[str, Any]] = deque(maxlen=self.RECENT)
+        self._recent: deque[ServiceRecord] = deque(maxlen=self.RECENT)
         self._shown: OrderedDict[str, list[_Shown]] = OrderedDict()
         self._sched_state: OrderedDict[str, tuple[float, ...]] = OrderedDict()
         self._lock = threading.Lock()
@@ -127,8 +119,7 @@ class RemoteCompletionService(CompletionService):
         prep = self._prepare(req)
         if isinstance(prep, CompletionResult):
             return prep
-        cfg = self.config
-        t0, before, after, scope, fp, tracker = prep.t0, prep.before, prep.after, prep.scope, prep.fp, prep.tracker
+        fp, tracker, scope = prep.fp, prep.tracker, prep.scope.value
 
         def on_chunk(text: str) -> bool:
             text, marker = self._before_marker(text)
@@ -136,42 +127,31 @@ class RemoteCompletionService(CompletionService):
                 on_text(text)
             return marker or tracker.stop_index(text) is not None
 
-        body = self.request_body(fp.text, scope.value, req.max_new_tokens)
+        body = self.request_body(fp.text, scope, req.max_new_tokens)
         answer = self.client.complete(body, cancel=cancel, on_text=on_chunk)
         full_text, _marker = self._before_marker(answer.text)
-        text, cut = ("", None) if answer.cancelled else finish_text(tracker, full_text, after)
-        stats: dict[str, Any] = {
-            "latency_ms": round((time.perf_counter() - t0) * 1000, 2),
-            "seconds": round(answer.total_ms / 1000, 4),
-            "prompt_tokens": answer.prompt_tokens if answer.prompt_tokens is not None else len(fp.ids),
-            "first_text_ms": answer.first_text_ms,
-            "finish_reason": answer.finish_reason,
-            "backend": self.remote.url,
-            "served_model": body.get("model"),
-            "draft": "remote",
-            "weights": self.weights,
-        }
-        if answer.completion_tokens is not None:
-            stats["tokens"] = answer.completion_tokens
+        text, cut = ("", None) if answer.cancelled else finish_text(
+            tracker, full_text, prep.after, capped=answer.finish_reason == "length"
+        )
+        stats = CompletionStats(
+            latency_ms=prep.elapsed_ms(),
+            tokens=answer.completion_tokens,
+            seconds=round(answer.total_ms / 1000, 4),
+            prompt_tokens=answer.prompt_tokens if answer.prompt_tokens is not None else len(fp.ids),
+            first_text_ms=answer.first_text_ms,
+            finish_reason=answer.finish_reason,
+            backend=self.remote.url,
+            served_model=body.get("model"),
+            draft="remote",
+            weights=self.weights,
+        )
         if answer.cancelled:
             stop_reason = "cancelled"
         elif cut is not None or answer.cut:
             stop_reason = "syntax"
         else:
             stop_reason = {"length": "max_new_tokens", "stop": "eos"}.get(answer.finish_reason or "", answer.finish_reason or "")
-        result = CompletionResult(
-            text=text,
-            prompt=fp.text,
-            completion_ids=[],
-            scope=scope.value,
-            stats=stats,
-            cancelled=answer.cancelled,
-            stop_reason=stop_reason,
-        )
-        if cfg.completion_cache and not result.cancelled and text:
-            self._remember(req.doc_key, _Shown(before, after, text, [], fp.text, scope.value))
-        self._record(req, result)
-        return result
+        return self._finish(prep, text, [], stats, scope=scope, cancelled=answer.cancelled, stop_reason=stop_reason)
 
     def request_body(self, prompt: str, scope: str, max_new_tokens: int | None = None) -> dict[str, Any]:
         """The `/v1/completions` body for one prompt (the integration check sends the same to vLLM)."""

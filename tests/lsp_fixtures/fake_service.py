@@ -1,5 +1,10 @@
 """A fake completion service with the shape of dspark_lsp.service, for protocol-level tests.
 
+It speaks the service contract (dspark_lsp.contract): it is asked a `CompletionRequest`, answers a
+`CompletionResult` whose `CompletionStats` carry the real service's speed-up figures and, in `extra`,
+what the tests check (what it was asked, its config, its load), and records each request as the real
+service does (`ServiceRecord`).
+
 Its answers encode what it was asked, so tests can check the server's position handling exactly:
 "<OFFSET|TAIL>" where OFFSET is the code-point cursor offset the service received and TAIL the two
 characters before it. Model names select behaviours:
@@ -14,9 +19,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
+from dspark_lsp.contract import CompletionRequest, CompletionResult, CompletionStats, ServiceRecord
 from dspark_lsp.errors import ModelError
 from dspark_lsp.lsp.backend import Backend
 
@@ -58,33 +64,11 @@ class FakeConfig:
         return (self.model, self.draft_model) != (other.model, other.draft_model)
 
 
-@dataclass
-class FakeRequest:
-    text: str
-    offset: int
-    language_id: str | None = None
-    path: str | None = None
-    doc_key: str = ""
-    max_new_tokens: int | None = None
-
-
-@dataclass
-class FakeResult:
-    text: str
-    prompt: str = ""
-    completion_ids: list[int] = field(default_factory=list)
-    scope: str = "single_line"
-    stats: dict[str, Any] = field(default_factory=dict)
-    cancelled: bool = False
-    stop_reason: str = "eos"
-    from_cache: bool = False
-
-
 class FakeService:
     def __init__(self, config: FakeConfig, load_index: int) -> None:
         self.config = config
         self.load_index = load_index
-        self.records: list[dict[str, Any]] = []
+        self.records: list[ServiceRecord] = []
         self.closed = False
 
     @classmethod
@@ -106,10 +90,10 @@ class FakeService:
 
     def complete(
         self,
-        req: FakeRequest,
+        req: CompletionRequest,
         cancel: threading.Event | None = None,
         on_text: Callable[[str], None] | None = None,
-    ) -> FakeResult:
+    ) -> CompletionResult:
         if self.closed:
             raise RuntimeError("complete() on a closed service")
         started = time.perf_counter()
@@ -132,29 +116,39 @@ class FakeService:
         else:
             text = f"<{req.offset}|{req.text[max(0, req.offset - 2) : req.offset]}>"
         latency = (time.perf_counter() - started) * 1000
-        stats = {
-            "latency_ms": latency,
-            "accepted_per_forward": 2.5,
-            "speedup": 1.7,
-            "model": model,
-            "threshold": self.config.threshold,
-            "load_index": self.load_index,
-            "offset": req.offset,
-            "tail": req.text[max(0, req.offset - 2) : req.offset],
-            "text_len": len(req.text),
-            "doc_key": req.doc_key,
-            "language_id": req.language_id,
-            "rounds": rounds,
-            "cancelled": cancelled,
-        }
-        self.records.append(stats)
-        return FakeResult(text="" if cancelled else text, stats=stats, cancelled=cancelled)
+        stats = CompletionStats(
+            latency_ms=latency,
+            accepted_per_forward=2.5,
+            speedup=1.7,
+            extra={
+                "model": model,
+                "threshold": self.config.threshold,
+                "load_index": self.load_index,
+                "offset": req.offset,
+                "tail": req.text[max(0, req.offset - 2) : req.offset],
+                "text_len": len(req.text),
+                "doc_key": req.doc_key,
+                "language_id": req.language_id,
+                "rounds": rounds,
+            },
+        )
+        result = CompletionResult(
+            text="" if cancelled else text,
+            prompt="",
+            completion_ids=[],
+            scope="single_line",
+            stats=stats,
+            cancelled=cancelled,
+            stop_reason="eos",
+        )
+        self.records.append(result.record(req.doc_key))
+        return result
 
     def update_config(self, config: FakeConfig) -> None:
         self.config = config
 
     def recent_stats(self) -> list[dict[str, Any]]:
-        return list(self.records[-100:])
+        return [record.to_json() for record in self.records[-100:]]
 
     def close(self) -> None:
         self.closed = True
@@ -162,6 +156,6 @@ class FakeService:
 
 BACKEND = Backend(
     config_from_settings=lambda settings, base: FakeConfig.from_settings(settings, base),
-    make_request=FakeRequest,
+    make_request=CompletionRequest,
     load=FakeService.load,
 )

@@ -12,11 +12,12 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from lsprotocol import types
 from pygls.uris import to_fs_path
 
+from dspark_lsp.contract import CompletionRequest
 from dspark_lsp.lsp.positions import PositionError, dominant_line_ending, offset_to_position
 from dspark_lsp.lsp.worker import Outcome
 
@@ -77,7 +78,7 @@ async def complete_at(server: DSparkServer, cursor: Cursor, *, explicit: bool) -
         server.not_ready_early += 1
         return Outcome("not_ready", detail="not initialized")
 
-    def make_request() -> Any:
+    def make_request() -> CompletionRequest:
         return backend.make_request(
             text=cursor.text,
             offset=cursor.offset,
