@@ -1,6 +1,7 @@
 // Formats the reply of the `dspark/stats` request as a Markdown document for the "Show Stats" command.
-// The server owns the shape of the figures; this renders any list of flat records as a table and
-// anything else as JSON, so a new field on the server shows up without a client release.
+// The server owns the shape of the figures (each completion's: dspark_lsp/contract.py, CompletionStats and
+// ServiceRecord, one wire form); this renders any list of flat records as a table and anything else as
+// JSON, so a new field on the server shows up without a client release.
 
 function cell(v: unknown): string {
   if (typeof v === "number") {
