@@ -236,3 +236,17 @@ def test_no_completion_inside_a_word_at_a_line_start_or_in_prose(doc_text: str) 
     offset = doc_text.index(CURSOR)
     doc = SyntaxDocument(doc_text.replace(CURSOR, "", 1), "python")
     assert doc.completion_scope(offset) is Scope.NONE
+
+
+def test_finish_text_drops_the_line_the_budget_cut_short() -> None:
+    """The service passes ``capped`` when max_new_tokens ended the decode (eval, HumanEval/1/L4_L12)."""
+    from dspark_lsp.service import finish_text
+
+    text = "def f(s):\n    r = []\n    \n"
+    offset = text.index("    \n") + 4
+    generated = "for c in s:\n        r.append(c)\n    return ''.join(r[1"
+    doc = SyntaxDocument(text, "python")
+    shown, _ = finish_text(doc.generation(offset, doc.completion_scope(offset)), generated, "\n", capped=True)
+    assert shown == "for c in s:\n        r.append(c)"
+    shown, _ = finish_text(doc.generation(offset, doc.completion_scope(offset)), generated, "\n")
+    assert shown == generated  # ended by EOS: the model's own last line

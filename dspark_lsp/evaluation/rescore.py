@@ -32,7 +32,10 @@ def recut(
     ids = raw_ids[:max_new_tokens]
     full = str(tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False))
     tracker = doc.generation(problem.offset, scope, continue_lines=multiline == "auto")
-    text, _ = finish_text(tracker, full.rstrip("\ufffd"), problem.text[problem.offset :])
+    # The raw output went on past the budget: the service's decode ended on it (unless a stop came first,
+    # which the tracker finds either way).
+    capped = len(raw_ids) > max_new_tokens
+    text, _ = finish_text(tracker, full.rstrip("\ufffd"), problem.text[problem.offset :], capped=capped)
     return text, tracker.scope.value
 
 
