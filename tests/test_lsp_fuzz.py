@@ -98,7 +98,9 @@ class WireClient:
         self.next_id = 0
         self.eof = False
         # The answer to the server's workspace/configuration pulls (a message body without jsonrpc/id).
-        self.pull_reply: dict[str, Any] = {"result": [None]}
+        # None: pulls are left unanswered (their ids go to `ignored_pulls`).
+        self.pull_reply: dict[str, Any] | None = {"result": [None]}
+        self.ignored_pulls: list[Any] = []
         threading.Thread(target=self._read_loop, daemon=True).start()
 
     # -- sending -----------------------------------------------------------------------------
@@ -166,9 +168,12 @@ class WireClient:
     def _dispatch(self, message: dict[str, Any]) -> None:
         if "method" in message:
             if "id" in message:  # the server asks: progress token, configuration pull
-                reply: dict[str, Any] = {"result": None}
+                reply: dict[str, Any] | None = {"result": None}
                 if message["method"] == "workspace/configuration":
                     reply = self.pull_reply
+                if reply is None:
+                    self.ignored_pulls.append(message["id"])
+                    return
                 self.write(frame({"jsonrpc": "2.0", "id": message["id"], **reply}), messages=1)
             else:
                 with self._cond:
@@ -1241,6 +1246,35 @@ def test_regression_a_malformed_answer_to_a_configuration_pull_fails_the_pull() 
             )
         _stats_reply(client, client.request("dspark/stats", {}))
         client.check_exactly_once()
+    finally:
+        client.kill()
+
+
+def test_regression_an_unanswered_configuration_pull_times_out() -> None:
+    # Before: a client that never answered the pull left the didChangeConfiguration handler waiting
+    # forever, the change silently unapplied. A late answer must still be taken quietly.
+    env = dict(os.environ, DSPARK_CONFIG_PULL_TIMEOUT_S="0.5")
+    client = WireClient([sys.executable, str(FIXTURES / "fake_server.py"), "warning"], env)
+    try:
+        caps = {"workspace": {"configuration": True}}
+        client.answer(client.request("initialize", {"processId": None, "capabilities": caps}), 60)
+        client.notify("initialized", {})
+        client.pull_reply = None
+        client.notify("workspace/didChangeConfiguration", {"settings": None})
+        client.wait_for(
+            lambda: any(
+                "no answer from the client" in str(n["params"].get("message")) for n in client.notifications
+            ),
+            10,
+            "the pull to time out",
+        )
+        assert client.ignored_pulls
+        for pull_id in client.ignored_pulls:  # late answers: completed quietly, nothing else happens
+            client.write(frame({"jsonrpc": "2.0", "id": pull_id, "result": [None]}))
+        _stats_reply(client, client.request("dspark/stats", {}))
+        client.check_exactly_once()
+        client.alive()
+        assert "Traceback" not in client.stderr_tail(20000)
     finally:
         client.kill()
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
 from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
@@ -14,6 +16,19 @@ if TYPE_CHECKING:
     from dspark_lsp.lsp.server import DSparkServer
 
 log = logging.getLogger(__name__)
+
+# How long a settings change waits for the client's answer to our workspace/configuration pull: a client
+# that never answers left the handler waiting forever (and the change silently unapplied).
+PULL_TIMEOUT_S = 10.0
+PULL_TIMEOUT_ENV = "DSPARK_CONFIG_PULL_TIMEOUT_S"  # tests shorten it
+
+
+def pull_timeout_s() -> float:
+    try:
+        value = float(os.environ.get(PULL_TIMEOUT_ENV, PULL_TIMEOUT_S))
+    except ValueError:
+        return PULL_TIMEOUT_S
+    return value if value > 0 else PULL_TIMEOUT_S
 
 
 def apply_settings(server: DSparkServer, *, reason: str) -> None:
@@ -57,9 +72,17 @@ def register(server: DSparkServer) -> None:
             # Clients that send `settings: null` expect us to pull the section.
             try:
                 items = [types.ConfigurationItem(section=SECTION)]
-                answer = await server.workspace_configuration_async(types.ConfigurationParams(items=items))
+                pull = server.workspace_configuration_async(types.ConfigurationParams(items=items))
+                # Shielded: a late answer then completes the request as usual (cancelled, pygls would
+                # fail setting its result); only this handler stops waiting.
+                answer = await asyncio.wait_for(asyncio.shield(pull), pull_timeout_s())
                 pulled: Any = answer[0] if answer else None
                 section = pulled if isinstance(pulled, dict) else None
+            except asyncio.TimeoutError:  # (TimeoutError itself only from Python 3.11)
+                log.warning(
+                    "workspace/configuration: no answer from the client in %.0f s; settings unchanged",
+                    pull_timeout_s(),
+                )
             except Exception as exc:
                 log.warning("workspace/configuration failed: %s", exc)
         if section is None:
