@@ -194,14 +194,19 @@ def test_single_line_completion_continues_to_next_lines(
     ],
 )
 def test_clean_up_keeps_the_completions_own_closer(doc_text: str, generated: str, want: str) -> None:
+    assert _shown(doc_text, generated)[0] == want
+
+
+def _shown(doc_text: str, generated: str) -> tuple[str, Scope]:
+    """What the service shows for ``generated`` at the cursor, and the scope decided there."""
     from dspark_lsp.service import finish_text
 
     offset = doc_text.index(CURSOR)
     text = doc_text.replace(CURSOR, "", 1)
     doc = SyntaxDocument(text, "python")
-    tracker = doc.generation(offset, doc.completion_scope(offset), continue_lines=True)
-    shown, _cut = finish_text(tracker, generated, text[offset:])
-    assert shown == want
+    scope = doc.completion_scope(offset)
+    shown, _cut = finish_text(doc.generation(offset, scope, continue_lines=True), generated, text[offset:])
+    return shown, scope
 
 
 @pytest.mark.parametrize(
@@ -216,16 +221,7 @@ def test_clean_up_keeps_the_completions_own_closer(doc_text: str, generated: str
     ],
 )
 def test_an_insertion_before_a_word(doc_text: str, generated: str, want: str) -> None:
-    from dspark_lsp.service import finish_text
-
-    offset = doc_text.index(CURSOR)
-    text = doc_text.replace(CURSOR, "", 1)
-    doc = SyntaxDocument(text, "python")
-    scope = doc.completion_scope(offset)
-    assert scope is Scope.SINGLE_LINE
-    tracker = doc.generation(offset, scope, continue_lines=True)
-    shown, _cut = finish_text(tracker, generated, text[offset:])
-    assert shown == want
+    assert _shown(doc_text, generated) == (want, Scope.SINGLE_LINE)
 
 
 @pytest.mark.parametrize(
