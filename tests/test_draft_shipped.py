@@ -9,9 +9,9 @@ import pytest
 import torch
 from test_draft_helpers import prepared_default_target
 
+from dspark_lsp.bench.acceptance import score
 from dspark_lsp.drafts.io import DEFAULT_DRAFT, WEIGHTS, resolve_draft_dir, shipped_drafts
 from dspark_lsp.drafts.token.source import load_draft
-from dspark_lsp.training.acceptance import score
 
 FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE = 151659, 151661, 151660  # Qwen2.5-Coder ids
 
@@ -64,7 +64,7 @@ def test_acceptance_recomputed_with_the_real_target() -> None:
     target = prepared_default_target()
     if target is None:
         pytest.skip("the real target is not prepared (dspark-lsp models prepare)")
-    from dspark_lsp.training.acceptance import target_continuations
+    from dspark_lsp.bench.acceptance import target_continuations
 
     data = json.loads((shipped_dir() / "eval" / "heldout_target.json").read_text())
     few = {"items": data["items"][:4]}

@@ -115,7 +115,7 @@ def test_mode_ablation_replays_named_variants_with_their_own_k(tiny_tokenizer: A
 
 def test_engine_continuations_are_the_targets_greedy_tokens(tiny_models: Any, tiny_target: Any,
                                                             greedy_reference: Any) -> None:
-    from dspark_lsp.training.acceptance import engine_continuations
+    from dspark_lsp.bench.acceptance import engine_continuations
 
     prompts = [("python", [5, 9, 13, 40]), ("cpp", [7, 7, 8])]
     data = engine_continuations(str(tiny_models[0]), prompts, 6, "float32", 1)

@@ -40,8 +40,8 @@ def test_card_acceptance_recomputed_with_the_real_target() -> None:
     target = prepared_default_target()
     if target is None:
         pytest.skip("the real target is not prepared (dspark-lsp models prepare)")
+    from dspark_lsp.bench.acceptance import score, target_features_for
     from dspark_lsp.drafts.feature.source import load_feature_draft
-    from dspark_lsp.training.acceptance import score, target_features_for
 
     card = json.loads((shipped_dir() / "eval" / "acceptance.json").read_text())
     want = card["first_10_ar_k5_tokens_per_forward"]

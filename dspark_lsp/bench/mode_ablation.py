@@ -2,7 +2,7 @@
 
 The real benchmark runs one prompt per language, where run-to-run noise (1-3%) is as large as the
 differences between the three drafting modes. Greedy decoding is deterministic, so with the target's
-continuations known (the draft's held-out set, `training.acceptance --make-set`) the real decode loop can
+continuations known (the draft's held-out set, `bench.acceptance --make-set`) the real decode loop can
 be replayed against a :class:`ReplayTarget` on many prompts: exact target-forward counts and forward
 sizes, real draft forwards (timed), and syntax key positions from the real tree-sitter layer. Time is
 estimated as verify cost (a measured per-size curve, the same the scheduler uses) + measured draft time.
@@ -211,10 +211,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from transformers import AutoTokenizer
 
+        from dspark_lsp.bench.acceptance import replay_draft
         from dspark_lsp.drafts.hybrid import HybridDraftSource
         from dspark_lsp.models.loader import resolve_model
         from dspark_lsp.models.registry import DEFAULT_TARGET
-        from dspark_lsp.training.acceptance import replay_draft
 
         data = json.loads(Path(args.set).read_text())
         tok_dir = args.tokenizer or str(resolve_model(DEFAULT_TARGET))
@@ -227,8 +227,8 @@ def main(argv: list[str] | None = None) -> int:
 
         variants = None
         if args.variants:
+            from dspark_lsp.bench.acceptance import target_features_for
             from dspark_lsp.drafts.io import trained_draft_dir
-            from dspark_lsp.training.acceptance import target_features_for
 
             where = trained_draft_dir(args.draft)
             if where is None or not args.target:

@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m dspark_lsp.training.recalibrate", description=__doc__.split("\n")[0])
     ap.add_argument("--draft", required=True, help="feature draft directory with a confidence head")
     ap.add_argument("--out", required=True, type=Path, help="where to write the recalibrated draft")
-    ap.add_argument("--set", required=True, help="calibration set (training.acceptance --make-set --languages)")
+    ap.add_argument("--set", required=True, help="calibration set (bench.acceptance --make-set --languages)")
     ap.add_argument("--target", required=True)
     ap.add_argument("--target-dtype", default="gguf")
     ap.add_argument("--features-cache", default="")
@@ -45,10 +45,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from transformers import AutoTokenizer
 
+        from dspark_lsp.bench.acceptance import target_features_for
         from dspark_lsp.drafts.io import load_feat_draft, save_feat_draft
         from dspark_lsp.drafts.load import load_trained_draft
         from dspark_lsp.models.loader import resolve_model
-        from dspark_lsp.training.acceptance import target_features_for
         from dspark_lsp.training.block_train import fit_platt, fold_platt
 
         data = json.loads(Path(a.set).read_text())

@@ -279,7 +279,7 @@ def relative_cost(src: TrainedDraftSource, model_dir: str, context: int = 256, r
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m dspark_lsp.training.acceptance")
+    ap = argparse.ArgumentParser(prog="python -m dspark_lsp.bench.acceptance")
     ap.add_argument("--set", default="runs/heldout_target.json", help="cached target continuations (JSON)")
     ap.add_argument("--make-set", action="store_true", help="run the target to (re)build --set")
     ap.add_argument("--target", default="/tmp/prep/out", help="target model dir (for --make-set)")
