@@ -13,7 +13,6 @@ import importlib.util
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
@@ -145,16 +144,6 @@ def test_a_duck_typed_answer_is_read_once_through_the_contract() -> None:
 
 
 # --------------------------------------------------------------------------------- the services
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread() -> Iterator[None]:
-    import torch
-
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
 @pytest.fixture(scope="module")
 def service(tiny_models: tuple[Path, Path]) -> Any:
     from dspark_lsp.service import CompletionService, ServiceConfig

@@ -341,35 +341,27 @@ Mat make_mat(int64_t kind, const at::Tensor& codes, const at::Tensor& scale, con
   return m;
 }
 
-// The fp32 weight tile of the prefill path, one buffer per calling thread, kept between products and
-// grown to the largest tile asked for (34.9 MB for the 0.5B's fused gate/up rows; never above the 64 MB
+// The prefill path's buffers (the fp32 weight tile, and the bf16 copies when set_prefill_bf16 is on), one
+// set per calling thread, kept between products and grown to the largest size asked for (34.9 MB for the 0.5B's fused gate/up rows; never above the 64 MB
 // cap). Why not a fresh tensor per product, as before: each product then allocated and freed 3-35 MB
 // between the activations' allocations, and in a worker thread's malloc arena (64 MB heaps; glibc
 // serves these sizes from the heaps once its mmap threshold has risen to a freed block's size) the
 // freed tiles could not be reused in place, so new heaps were mapped: the language server's RSS rose
 // by 300-450 MB during one prefill and came back only with malloc_trim after the request (measured on
 // the default pair: peak RSS 1,587-1,676 MB against 1,160-1,190 MB after the trim, issue 14). A buffer
-// that stays costs its size once and no page faults per product.
-float* prefill_tile(int64_t elems) {
-  thread_local at::Tensor buf;
+// that stays costs its size once and no page faults per product. Slots: 0 the fp32 weight tile; 1-3 the
+// bf16 activations, weight tile and product.
+at::Tensor& kept_buffer(int slot, int64_t elems, at::ScalarType dtype) {
+  thread_local at::Tensor bufs[4];
+  at::Tensor& buf = bufs[slot];
   if (!buf.defined() || buf.numel() < elems) {
     buf = at::Tensor();  // the smaller buffer goes before the larger one is allocated
-    buf = at::empty({elems}, at::kFloat);
-  }
-  return buf.data_ptr<float>();
-}
-
-// The bf16 copies of the prefill path (weight tile, activations, product), one set per calling thread and
-// kept like prefill_tile's buffer (same reason: no fresh multi-MB blocks per product).
-at::Tensor& lowp_buffer(int which, int64_t elems) {
-  thread_local at::Tensor bufs[3];
-  at::Tensor& buf = bufs[which];
-  if (!buf.defined() || buf.numel() < elems) {
-    buf = at::Tensor();
-    buf = at::empty({elems}, at::kBFloat16);
+    buf = at::empty({elems}, dtype);
   }
   return buf;
 }
+
+float* prefill_tile(int64_t elems) { return kept_buffer(0, elems, at::kFloat).data_ptr<float>(); }
 
 // Process-wide: prefill products in bf16 (set_prefill_bf16). Off: the exact fp32 GEMM.
 std::atomic<bool> g_prefill_bf16{false};
@@ -423,10 +415,10 @@ at::Tensor qmm(const at::Tensor& x_in, int64_t kind, const at::Tensor& codes, co
   // rows: 366 vs 148 GFLOP/s). Only prefill: decode and verify rows keep the int16 products above.
   at::Tensor xb, wb, ob;
   if (lowp) {
-    xb = lowp_buffer(0, M * K).narrow(0, 0, M * K).view({M, K});
+    xb = kept_buffer(1, M * K, at::kBFloat16).narrow(0, 0, M * K).view({M, K});
     xb.copy_(x);
-    wb = lowp_buffer(1, rows * K).narrow(0, 0, rows * K).view({rows, K});
-    ob = lowp_buffer(2, M * rows).narrow(0, 0, M * rows);
+    wb = kept_buffer(2, rows * K, at::kBFloat16).narrow(0, 0, rows * K).view({rows, K});
+    ob = kept_buffer(3, M * rows, at::kBFloat16).narrow(0, 0, M * rows);
   }
   for (int64_t n0 = 0; n0 < N; n0 += tile) {
     const int64_t t = std::min(tile, N - n0);

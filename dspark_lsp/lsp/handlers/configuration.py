@@ -75,13 +75,14 @@ def register(server: DSparkServer) -> None:
                 pull = server.workspace_configuration_async(types.ConfigurationParams(items=items))
                 # Shielded: a late answer then completes the request as usual (cancelled, pygls would
                 # fail setting its result); only this handler stops waiting.
-                answer = await asyncio.wait_for(asyncio.shield(pull), pull_timeout_s())
+                timeout = pull_timeout_s()
+                answer = await asyncio.wait_for(asyncio.shield(pull), timeout)
                 pulled: Any = answer[0] if answer else None
                 section = pulled if isinstance(pulled, dict) else None
             except asyncio.TimeoutError:  # (TimeoutError itself only from Python 3.11)
                 log.warning(
-                    "workspace/configuration: no answer from the client in %.0f s; settings unchanged",
-                    pull_timeout_s(),
+                    "workspace/configuration: no answer from the client in %.1f s; settings unchanged",
+                    timeout,
                 )
             except Exception as exc:
                 log.warning("workspace/configuration failed: %s", exc)
