@@ -126,58 +126,159 @@ inline void expand_group_v(const Mat& m, int64_t rg, __m256& w0, __m256& w1, __m
 
 // Decode and verify products in integers. Each group of 32 activations is held as int16 with its own fp32
 // scale (absmax / 32767, see quantize_rows), so a group's products code * x are exact integer products
-// summed exactly in int32 (vpmaddwd: 16 products per instruction, where the fp32 path needed a code
-// conversion and an FMA per 8); the group's sum then becomes fp32 once and is scaled by
-// weight scale * activation scale. The only approximation is the activation's rounding to 16 bits —
-// at most absmax/65534 per element, ~250x finer than the 8-bit activations llama.cpp uses (its Q8
-// blocks) — weights are the file's exact values as before. Measured on this project's 2-core AVX2 CPU,
-// the 0.5B's 97 products per 1-token forward: see the README's breakdown.
+// summed exactly in int32 (vpmaddwd: 16 products per instruction); only then does a group's sum become
+// fp32, scaled by weight scale * activation scale. The only approximation is the activation's rounding
+// to 16 bits — at most absmax/65534 per element, ~250x finer than the 8-bit activations llama.cpp uses
+// (its Q8 blocks) — weights are the file's exact values.
+//
+// Two ways to finish a group. Plain types (one scale, no offset: Q8_0, Q5_0) convert and scale a group's
+// 8 partial sums in their own lanes (row_dots_lanes). Types with offsets (Q4_K, Q4_1, Q5_1) or two
+// scales per group (Q6_K) first reduce the integer sums of 8 "units" (what one weight scale covers: a
+// group, or half a Q6_K group) across lanes (hadd), so that the fp32 part — convert, scale, accumulate,
+// add offset * sum(x) — runs once per 8 units on whole sums instead of once per unit on partial ones
+// (row_dots_int). Measured on the 2-core Zen 4 host, one thread, fastest of 40: a 9,728 x 1,024 Q4_K
+// product 0.56 -> 0.31 ms at 1 row and 1.06 -> 0.78 ms at 4; an 896 x 5,120 Q6_K one 0.31 -> 0.17 ms
+// at 1 row (the same at 4); for Q5_0 the reduction cost more than it saved (0.81 vs 0.72 ms at 4 rows),
+// so plain types keep the per-group path, with VNNI's dpwssd where the CPU has it (0.70 ms).
 //
 // Codes are converted once per group and shared by up to 4 rows of x in one pass. Each x row keeps one
-// accumulator and one order of operations for every R, so its results do not depend on M or on which
-// rows share a pass (batch invariance).
-template <int L, bool OFF, bool TWO, int R>
-inline void row_dots_int(const Mat& m, int64_t n, const int16_t* xq, const float* xsc, int64_t K,
-                         const float* xsum, float* out, int64_t N) {
+// accumulator and one order of operations for every R (integer sums are exact in any order), so its
+// results do not depend on M or on which rows share a pass (batch invariance).
+
+// The sum of a vector's 8 lanes, in one fixed order.
+inline float hsum8(__m256 v) {
+  __m128 t = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  t = _mm_add_ps(t, _mm_movehl_ps(t, t));
+  t = _mm_add_ss(t, _mm_shuffle_ps(t, t, 1));
+  return _mm_cvtss_f32(t);
+}
+
+// The int32 vector of one group's products for one row: the 8 lanes sum to the group's dot product.
+// With VNNI the second half is accumulated into the first in the same instruction.
+inline __m256i group_dot(__m256i c0, __m256i c1, const int16_t* xp) {
+  const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xp));
+  const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xp + 16));
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_dpwssd_epi32(_mm256_madd_epi16(c0, x0), c1, x1);
+#else
+  return _mm256_add_epi32(_mm256_madd_epi16(c0, x0), _mm256_madd_epi16(c1, x1));
+#endif
+}
+
+// For each of R rows: the hadd of two units' product vectors — units (u, u + 1) of the pair starting at
+// group g (two groups of one unit each, or one Q6_K group's two halves). Groups past G contribute 0.
+template <int L, bool TWO, int R, bool FULL>
+inline void unit_pair(const Mat& m, int64_t n, int64_t g, const int16_t* xq, int64_t K, __m256i* a) {
+  const __m256i z = _mm256_setzero_si256();
+  if (TWO) {
+    if (!FULL && g >= m.G) {
+      for (int r = 0; r < R; ++r) a[r] = z;
+      return;
+    }
+    __m256i c0, c1;
+    load_codes16<L>(m, n * m.G + g, c0, c1);
+    for (int r = 0; r < R; ++r) {
+      const int16_t* xp = xq + r * K + g * 32;
+      const __m256i lo = _mm256_madd_epi16(c0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xp)));
+      const __m256i hi = _mm256_madd_epi16(c1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xp + 16)));
+      a[r] = _mm256_hadd_epi32(lo, hi);
+    }
+    return;
+  }
+  const bool has0 = FULL || g < m.G, has1 = FULL || g + 1 < m.G;
+  __m256i c0 = z, c1 = z, d0 = z, d1 = z;
+  if (has0) load_codes16<L>(m, n * m.G + g, c0, c1);
+  if (has1) load_codes16<L>(m, n * m.G + g + 1, d0, d1);
+  for (int r = 0; r < R; ++r) {
+    const int16_t* xp = xq + r * K + g * 32;
+    const __m256i v = has0 ? group_dot(c0, c1, xp) : z;
+    const __m256i w = has1 ? group_dot(d0, d1, xp + 32) : z;
+    a[r] = _mm256_hadd_epi32(v, w);
+  }
+}
+
+// Lanes 0..c-1 set: the mask for a tail of c < 8 values (maskload reads nothing past them).
+inline __m256i lanes_below(int64_t c) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(c)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// One block of 8 units (from group g0) for R rows, added to their accumulators; FULL: all 8 exist.
+template <int L, bool OFF, bool TWO, int R, bool FULL>
+inline void block8(const Mat& m, int64_t n, int64_t g0, const int16_t* xq, const float* xsu, int64_t GU8,
+                   int64_t K, const float* xs1, int64_t G8, __m256* acc) {
+  constexpr int U = TWO ? 2 : 1;      // units per group
+  constexpr int GP = TWO ? 1 : 2;     // groups per pair of units
+  const int64_t GU = m.G * U;
+  const float* ws_row = m.scale + n * GU;
+  // Prefetch the codes a few rows ahead: the stream then overlaps the arithmetic.
+  const int64_t rg = n * m.G + g0;
+  const char* cp = L == 8 ? reinterpret_cast<const char*>(m.q8 + rg * 32) : reinterpret_cast<const char*>(m.nib + rg * 16);
+  _mm_prefetch(cp + DSPARK_PF, _MM_HINT_T0);
+  _mm_prefetch(cp + DSPARK_PF + 64, _MM_HINT_T0);
+  if (L == 8) {
+    _mm_prefetch(cp + DSPARK_PF + 128, _MM_HINT_T0);
+    _mm_prefetch(cp + DSPARK_PF + 192, _MM_HINT_T0);
+  }
+  __m256i a0[R], a1[R], ab[R];
+  unit_pair<L, TWO, R, FULL>(m, n, g0, xq, K, a0);
+  unit_pair<L, TWO, R, FULL>(m, n, g0 + GP, xq, K, a1);
+  for (int r = 0; r < R; ++r) ab[r] = _mm256_hadd_epi32(a0[r], a1[r]);
+  unit_pair<L, TWO, R, FULL>(m, n, g0 + 2 * GP, xq, K, a0);
+  unit_pair<L, TWO, R, FULL>(m, n, g0 + 3 * GP, xq, K, a1);
+  const int64_t u0 = g0 * U, left = GU - u0;  // units of this block that exist
+  const __m256 ws = FULL || left >= 8 ? _mm256_loadu_ps(ws_row + u0) : _mm256_maskload_ps(ws_row + u0, lanes_below(left));
+  __m256 offs = _mm256_setzero_ps();
+  if (OFF) offs = FULL || left >= 8 ? _mm256_loadu_ps(m.off + rg) : _mm256_maskload_ps(m.off + rg, lanes_below(left));
+  for (int r = 0; r < R; ++r) {
+    const __m256i cd = _mm256_hadd_epi32(a0[r], a1[r]);
+    // ab: units 0-3's sums in two 128-bit halves, cd: units 4-7's; one add gives the 8 whole sums.
+    const __m256i t = _mm256_add_epi32(_mm256_permute2x128_si256(ab[r], cd, 0x20),
+                                       _mm256_permute2x128_si256(ab[r], cd, 0x31));
+    const __m256 sc = _mm256_mul_ps(ws, _mm256_loadu_ps(xsu + r * GU8 + u0));
+    acc[r] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(t), acc[r]);
+    if (OFF) acc[r] = _mm256_fmadd_ps(offs, _mm256_loadu_ps(xs1 + r * G8 + g0), acc[r]);
+  }
+}
+
+// Types with one scale per group and no offsets (Q8_0, Q5_0: most of the default target's weights): a
+// group's 8 partial sums are converted and scaled in its own lanes, one group at a time — for them the
+// cross-lane reduction above costs more than it saves (measured on the Zen 4 host: 0.81 vs 0.72 ms for
+// a 9,728 x 896 Q5_0 product at 4 rows, one thread).
+template <int L, int R>
+inline void row_dots_lanes(const Mat& m, int64_t n, const int16_t* xq, const float* xsu, int64_t GU8, int64_t K,
+                           float* out, int64_t N) {
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   const int64_t base = n * m.G;
   for (int64_t g = 0; g < m.G; ++g) {
     const int64_t rg = base + g;
-    // Prefetch the codes (and scales) a few rows ahead: the stream then overlaps the arithmetic instead
-    // of stalling each row on a cache miss.
     const char* cp = L == 8 ? reinterpret_cast<const char*>(m.q8 + rg * 32) : reinterpret_cast<const char*>(m.nib + rg * 16);
     _mm_prefetch(cp + DSPARK_PF, _MM_HINT_T0);
-    if ((g & 7) == 0) _mm_prefetch(reinterpret_cast<const char*>(m.scale + rg * (TWO ? 2 : 1)) + DSPARK_PF / 4, _MM_HINT_T0);
+    if ((g & 7) == 0) _mm_prefetch(reinterpret_cast<const char*>(m.scale + rg) + DSPARK_PF / 4, _MM_HINT_T0);
     __m256i c0, c1;
     load_codes16<L>(m, rg, c0, c1);
-    const __m256 s0 = _mm256_broadcast_ss(m.scale + rg * (TWO ? 2 : 1));
+    const __m256 s0 = _mm256_broadcast_ss(m.scale + rg);
     for (int r = 0; r < R; ++r) {
-      const int16_t* xp = xq + r * K + g * 32;
-      const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xp));
-      const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xp + 16));
-      const __m256 xs = _mm256_broadcast_ss(xsc + r * m.G + g);
-      if (TWO) {  // Q6_K: a scale per 16 elements
-        const __m256 s1 = _mm256_broadcast_ss(m.scale + rg * 2 + 1);
-        const __m256 f0 = _mm256_cvtepi32_ps(_mm256_madd_epi16(c0, x0));
-        const __m256 f1 = _mm256_cvtepi32_ps(_mm256_madd_epi16(c1, x1));
-        acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(s0, xs), f0, acc[r]);
-        acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(s1, xs), f1, acc[r]);
-      } else {
-        const __m256i p = _mm256_add_epi32(_mm256_madd_epi16(c0, x0), _mm256_madd_epi16(c1, x1));
-        acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(s0, xs), _mm256_cvtepi32_ps(p), acc[r]);
-      }
-      if (OFF) {  // + offset * (sum of the group's fp32 x), the sums made once per call (8 lanes per group)
-        acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(m.off + rg), _mm256_loadu_ps(xsum + (r * m.G + g) * 8), acc[r]);
-      }
+      const __m256i p = group_dot(c0, c1, xq + r * K + g * 32);
+      const __m256 xs = _mm256_broadcast_ss(xsu + r * GU8 + g);
+      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(s0, xs), _mm256_cvtepi32_ps(p), acc[r]);
     }
   }
-  for (int r = 0; r < R; ++r) {
-    __m128 t = _mm_add_ps(_mm256_castps256_ps128(acc[r]), _mm256_extractf128_ps(acc[r], 1));
-    t = _mm_add_ps(t, _mm_movehl_ps(t, t));
-    t = _mm_add_ss(t, _mm_shuffle_ps(t, t, 1));
-    out[r * N + n] = _mm_cvtss_f32(t);
-  }
+  for (int r = 0; r < R; ++r) out[r * N + n] = hsum8(acc[r]);
+}
+
+// xsu: per row, the activation scale of every unit, zero-padded to GU8 (a multiple of 8) entries.
+// xs1: per row, every group's fp32 sum of x (affine types), zero-padded to G8 entries.
+template <int L, bool OFF, bool TWO, int R>
+inline void row_dots_int(const Mat& m, int64_t n, const int16_t* xq, const float* xsu, int64_t GU8, int64_t K,
+                         const float* xs1, int64_t G8, float* out, int64_t N) {
+  constexpr int GB = TWO ? 4 : 8;  // groups per block of 8 units
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  int64_t g0 = 0;
+  for (; g0 + GB <= m.G; g0 += GB) block8<L, OFF, TWO, R, true>(m, n, g0, xq, xsu, GU8, K, xs1, G8, acc);
+  if (g0 < m.G) block8<L, OFF, TWO, R, false>(m, n, g0, xq, xsu, GU8, K, xs1, G8, acc);
+  for (int r = 0; r < R; ++r) out[r * N + n] = hsum8(acc[r]);
 }
 
 // Rows of x as int16 per group of 32 with an fp32 scale each: q = round(x * 32767 / absmax), so
@@ -216,24 +317,33 @@ void quantize_rows(const float* xp, int64_t M, int64_t K, int16_t* q, float* sc)
 // memory once per weight row. The order changes nothing in any single output's arithmetic.
 constexpr int64_t NBLOCK = 64;
 
+// One pass of R rows of x over weight row n: the per-group path for plain types, the 8-unit blocks for
+// offsets or two scales per group.
+template <int L, bool OFF, bool TWO, int R>
+inline void row_dots(const Mat& m, int64_t n, const int16_t* xq, const float* xsu, int64_t GU8, int64_t K,
+                     const float* xs1, int64_t G8, float* out, int64_t N) {
+  if (OFF || TWO) row_dots_int<L, OFF, TWO, R>(m, n, xq, xsu, GU8, K, xs1, G8, out, N);
+  else row_dots_lanes<L, R>(m, n, xq, xsu, GU8, K, out, N);
+}
+
 template <int L, bool OFF, bool TWO>
-void small_product_t(const Mat& m, const int16_t* xq, const float* xsc, int64_t M, int64_t K, int64_t n0,
-                     int64_t n1, int64_t N, float* op, const float* xsum) {
-  const int64_t G = m.G;
+void small_product_t(const Mat& m, const int16_t* xq, const float* xsu, int64_t GU8, int64_t M, int64_t K,
+                     int64_t n0, int64_t n1, int64_t N, float* op, const float* xs1, int64_t G8) {
   for (int64_t b0 = n0; b0 < n1; b0 += NBLOCK) {
     const int64_t b1 = std::min(n1, b0 + NBLOCK);
     int64_t r = 0;
     for (; r + 4 <= M; r += 4)
       for (int64_t n = b0; n < b1; ++n)
-        row_dots_int<L, OFF, TWO, 4>(m, n, xq + r * K, xsc + r * G, K, xsum + r * G * 8, op + r * N, N);
-    const float* xs = xsum + r * G * 8;
+        row_dots<L, OFF, TWO, 4>(m, n, xq + r * K, xsu + r * GU8, GU8, K, OFF ? xs1 + r * G8 : nullptr, G8,
+                                 op + r * N, N);
     const int16_t* xr = xq + r * K;
-    const float* sr = xsc + r * G;
+    const float* sr = xsu + r * GU8;
+    const float* xs = OFF ? xs1 + r * G8 : nullptr;
     float* orow = op + r * N;
     switch (M - r) {
-      case 3: for (int64_t n = b0; n < b1; ++n) row_dots_int<L, OFF, TWO, 3>(m, n, xr, sr, K, xs, orow, N); break;
-      case 2: for (int64_t n = b0; n < b1; ++n) row_dots_int<L, OFF, TWO, 2>(m, n, xr, sr, K, xs, orow, N); break;
-      case 1: for (int64_t n = b0; n < b1; ++n) row_dots_int<L, OFF, TWO, 1>(m, n, xr, sr, K, xs, orow, N); break;
+      case 3: for (int64_t n = b0; n < b1; ++n) row_dots<L, OFF, TWO, 3>(m, n, xr, sr, GU8, K, xs, G8, orow, N); break;
+      case 2: for (int64_t n = b0; n < b1; ++n) row_dots<L, OFF, TWO, 2>(m, n, xr, sr, GU8, K, xs, G8, orow, N); break;
+      case 1: for (int64_t n = b0; n < b1; ++n) row_dots<L, OFF, TWO, 1>(m, n, xr, sr, GU8, K, xs, G8, orow, N); break;
       default: break;
     }
   }
@@ -265,23 +375,40 @@ void expand_row_t(const Mat& m, int64_t row, float* w) {
     else DSPARK_DISPATCH_L(fn, 8, m, __VA_ARGS__);                                         \
   } while (0)
 
-void small_product(const Mat& m, const int16_t* xq, const float* xsc, int64_t M, int64_t K, int64_t n0,
-                   int64_t n1, int64_t N, float* op, const float* xsum) {
-  DSPARK_DISPATCH(small_product_t, m, m, xq, xsc, M, K, n0, n1, N, op, xsum);
+void small_product(const Mat& m, const int16_t* xq, const float* xsu, int64_t GU8, int64_t M, int64_t K,
+                   int64_t n0, int64_t n1, int64_t N, float* op, const float* xs1, int64_t G8) {
+  DSPARK_DISPATCH(small_product_t, m, m, xq, xsu, GU8, M, K, n0, n1, N, op, xs1, G8);
 }
 
-// Per row of x and per group: the 8-lane partial sums x[0:8] + x[8:16] + x[16:24] + x[24:32], which the
-// offset term of affine types multiplies (fixed order, so the same for every M).
+inline int64_t round8(int64_t v) { return (v + 7) / 8 * 8; }
+
+// Per row: each unit's activation scale (the group's, repeated for Q6_K's two units), zero-padded to a
+// multiple of 8 units, in the order row_dots_int reads them.
+at::Tensor unit_scales(const float* sc, int64_t M, int64_t G, int64_t U) {
+  const int64_t GU8 = round8(G * U);
+  at::Tensor out = at::zeros({M, GU8}, at::kFloat);
+  float* d = out.data_ptr<float>();
+  for (int64_t r = 0; r < M; ++r)
+    for (int64_t u = 0; u < G * U; ++u) d[r * GU8 + u] = sc[r * G + u / U];
+  return out;
+}
+
+// Per row and group: the sum of the group's 32 fp32 values of x, which the offset term of affine types
+// multiplies — in one fixed order ((x[0:8] + x[8:16]) + (x[16:24] + x[24:32]), then its 8 lanes), so
+// the same for every M; zero-padded to a multiple of 8 groups.
 at::Tensor group_sums(const float* xp, int64_t M, int64_t K) {
-  const int64_t G = K / 32;
-  at::Tensor xs = at::empty({M, G, 8}, at::kFloat);
+  const int64_t G = K / 32, G8 = round8(G);
+  at::Tensor xs = at::zeros({M, G8}, at::kFloat);
   float* d = xs.data_ptr<float>();
   for (int64_t r = 0; r < M; ++r)
     for (int64_t g = 0; g < G; ++g) {
       const float* x = xp + r * K + g * 32;
       __m256 t = _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(x), _mm256_loadu_ps(x + 8)),
                                _mm256_add_ps(_mm256_loadu_ps(x + 16), _mm256_loadu_ps(x + 24)));
-      _mm256_storeu_ps(d + (r * G + g) * 8, t);
+      __m128 h = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+      h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+      h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+      d[r * G8 + g] = _mm_cvtss_f32(h);
     }
   return xs;
 }
@@ -327,6 +454,7 @@ Mat make_mat(int64_t kind, const at::Tensor& codes, const at::Tensor& scale, con
   m.scale = scale.data_ptr<float>();
   m.off = off.numel() ? off.data_ptr<float>() : nullptr;
   TORCH_CHECK(off.numel() == 0 || (off.numel() == N * m.G && off.scalar_type() == at::kFloat), "bad offsets");
+  TORCH_CHECK(off.numel() == 0 || m.scales_per_group == 1, "offsets need one scale per group");
   m.shift = static_cast<int32_t>(shift);
   m.layout = static_cast<int>(kind);
   if (kind == 4) {
@@ -385,15 +513,18 @@ at::Tensor qmm(const at::Tensor& x_in, int64_t kind, const at::Tensor& codes, co
   float* op = out.data_ptr<float>();
   if (M <= small_m) {
 #ifdef DSPARK_AVX2
+    const int64_t G = K / 32, U = m.scales_per_group;
     at::Tensor xs = m.off != nullptr ? group_sums(xp, M, K) : at::Tensor();
     const float* xsp = xs.defined() ? xs.data_ptr<float>() : nullptr;
     at::Tensor xq = at::empty({M, K}, at::kShort);
-    at::Tensor xsc = at::empty({M, K / 32}, at::kFloat);
+    at::Tensor xsc = at::empty({M, G}, at::kFloat);
     quantize_rows(xp, M, K, xq.data_ptr<int16_t>(), xsc.data_ptr<float>());
+    at::Tensor xsu = unit_scales(xsc.data_ptr<float>(), M, G, U);
     const int16_t* xqp = xq.data_ptr<int16_t>();
-    const float* xscp = xsc.data_ptr<float>();
+    const float* xsup = xsu.data_ptr<float>();
+    const int64_t GU8 = round8(G * U), G8 = round8(G);
     at::parallel_for(0, N, 16, [&](int64_t n0, int64_t n1) {
-      small_product(m, xqp, xscp, M, K, n0, n1, N, op, xsp);
+      small_product(m, xqp, xsup, GU8, M, K, n0, n1, N, op, xsp, G8);
     });
 #else
     at::parallel_for(0, N, 16, [&](int64_t n0, int64_t n1) { small_product(m, xp, M, K, n0, n1, N, op, nullptr); });
