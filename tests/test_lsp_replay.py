@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from dspark_lsp.bench import lsp_replay
 from dspark_lsp.bench.lsp_replay import ReplayConfig, run_replay, typing_plan
 from dspark_lsp.errors import UserError
 
@@ -82,3 +83,21 @@ def test_replay_keeps_the_servers_document_in_sync(tmp_path: Path, monkeypatch: 
 def test_replay_reports_a_missing_file_as_user_error(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="cannot read"):
         run_replay(ReplayConfig(file=tmp_path / "nope.py"))
+
+
+def test_report_reads_each_requests_figures_through_the_contract() -> None:
+    """The per-request service figures are read as CompletionStats: a record with a figure of the wrong
+    type (a string count) has no figures, and one that is not an object none at all, instead of failing
+    the replay or entering the means."""
+    ok = {"status": "ok", "latencyMs": 100.0,
+          "service": {"prefill_tokens": 40, "reused_tokens": 200, "target_forwards": 9, "latency_ms": 90.0,
+                      "accepted_per_forward": 1.5, "from_cache": False, "scope": "line"}}
+    cached = {"status": "ok", "latencyMs": 2.0, "service": {"latency_ms": 1.0, "from_cache": True}}
+    bad = {"status": "ok", "latencyMs": 50.0, "service": {"prefill_tokens": "many", "from_cache": True}}
+    odd = {"status": "empty", "latencyMs": 10.0, "service": ["not", "an", "object"]}
+    stats = {"counters": {"requests": 4}, "requests": [ok, cached, bad, odd], "documents": 1}
+    rep = lsp_replay._report("t", stats, typed=10, wall=1.0)
+    assert rep.completed == 4
+    assert rep.service["prefill_tokens"] == 40.0 and rep.service["target_forwards"] == 9.0
+    assert rep.service["latency_ms"] == 45.5  # 90 and 1: the malformed record has none
+    assert rep.service["from_cache"] == 2  # a flag is read as a flag even beside a malformed figure

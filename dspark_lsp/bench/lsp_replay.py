@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from dspark_lsp.contract import RESULT_FLAGS, CompletionStats
 from dspark_lsp.errors import UserError
 
 
@@ -354,6 +355,19 @@ def _percentile(values: list[float], q: float) -> float | None:
     return round(ordered[index], 1)
 
 
+def _figures(record: object) -> tuple[CompletionStats, bool]:
+    """One request's service figures (the worker's record: a result's stats plus its flags) as the
+    contract's typed stats, and whether it came from the typed-through cache. A record the server sent
+    malformed counts as no figures rather than failing the whole replay."""
+    if not isinstance(record, dict):
+        return CompletionStats(), False
+    try:
+        stats = CompletionStats.from_json({k: v for k, v in record.items() if k not in RESULT_FLAGS})
+    except ValueError:
+        stats = CompletionStats()
+    return stats, record.get("from_cache") is True
+
+
 def _report(label: str, stats: dict[str, Any], typed: int, wall: float) -> ReplayReport:
     counters = stats.get("counters", {})
     records = [r for r in stats.get("requests", []) if r.get("status") in ("ok", "empty")]
@@ -361,12 +375,12 @@ def _report(label: str, stats: dict[str, Any], typed: int, wall: float) -> Repla
     requests = int(counters.get("requests", 0))
     cancelled = int(counters.get("superseded", 0)) + int(counters.get("cancelled", 0))
     service: dict[str, Any] = {}
-    service_records = [r.get("service", {}) for r in records]
+    figures = [_figures(r.get("service")) for r in records]
     for key in ("prefill_tokens", "reused_tokens", "target_forwards", "accepted_per_forward", "latency_ms"):
-        values = [float(s[key]) for s in service_records if isinstance(s.get(key), (int, float))]
+        values = [float(v) for st, _ in figures if (v := getattr(st, key)) is not None]
         if values:
             service[key] = round(statistics.fmean(values), 2)
-    service["from_cache"] = sum(1 for s in service_records if s.get("from_cache"))
+    service["from_cache"] = sum(1 for _, from_cache in figures if from_cache)
     rss = stats.get("peakRssKb")
     return ReplayReport(
         label=label,
