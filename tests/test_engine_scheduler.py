@@ -251,9 +251,10 @@ def test_cost_aware_drafts_nothing_when_verifying_costs_more_than_it_saves() -> 
     # A CPU where 2 tokens cost twice one and acceptance is poor: no draft, except a periodic probe.
     costly = SchedulerConfig(verify_cost_ms={1: 100.0, 2: 200.0, 4: 180.0, 8: 200.0}, accept_rate_start=0.2)
     sched = ConfidenceScheduler(costly)
-    ks = [sched.next_k() for _ in range(8)]
+    ks = [sched.next_k() for _ in range(7)]
     assert ks.count(0) == 6 and all(k >= costly.k_min for k in ks if k)
-    assert not sched.worth(1)
+    assert not sched.worth(1)  # a round that is not a probe: its draft would not pay
+    assert sched.next_k() >= costly.k_min and sched.worth(1)  # the 8th round probes: its draft is verified
     # Where verification is nearly free, the same poor acceptance still drafts every round.
     cheap = SchedulerConfig(verify_cost_ms={1: 100.0, 8: 104.0}, accept_rate_start=0.2)
     sched = ConfidenceScheduler(cheap)
@@ -314,3 +315,37 @@ def test_a_run_of_misses_does_not_stop_drafting_where_one_token_in_four_lands() 
             sched.update(1, accepted)
     assert 0.15 < sched.state()[2] / sched.state()[3] < 0.35  # the counts see ~1 in 4
     assert ks.count(0) == 0  # drafting pays at 25% and never stops
+
+
+class WrongAtFirst(DraftSource):
+    """Right (the target's own greedy choice) after its first ``wrong`` calls, wrong before."""
+
+    name = "wrong-at-first"
+    supports_parallel = False
+
+    def __init__(self, target: Any, wrong: int) -> None:
+        self.model, self.calls, self.wrong = ModelDraftSource(target, 48), 0, wrong
+
+    def propose(self, context: list[int], max_tokens: int, **kw: Any) -> Proposal:
+        self.calls += 1
+        p = self.model.propose(context, max_tokens, parallel=False, tau=0.0)
+        if self.calls <= self.wrong:
+            p.tokens = [(t * 7 + 1) % 48 for t in p.tokens]
+        return p
+
+    def reset(self) -> None:
+        self.model.reset()
+
+
+def test_a_probe_is_verified_so_a_call_that_stopped_drafting_can_start_again(target: Any) -> None:
+    """After a run of misses the rate estimate says no draft pays (each draft token adds 15% to a
+    forward); every 4th round probes with one token. The probe's draft must be verified, or the estimate
+    never moves again: the draft below turns right after 14 calls, and drafting resumes."""
+    sched = SchedulerConfig(verify_cost_ms={1: 100.0, 2: 115.0, 4: 145.0, 8: 205.0})
+    src = WrongAtFirst(target, wrong=14)
+    res = SpeculativeDecoder(target).generate(
+        [1, 2, 3], config=DecodeConfig(max_new_tokens=80, draft_mode="ar", scheduler=sched), draft=src
+    )
+    assert src.calls > 14
+    assert 0 in res.stats.k_trace  # it did stop drafting for a while
+    assert res.stats.accepted >= 20  # and then drafted again, right

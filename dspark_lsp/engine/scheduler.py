@@ -25,11 +25,13 @@ class ConfidenceScheduler:
         self._hits = 0.0  # decayed count of accepted draft tokens
         self._tries = 0.0  # decayed count of draft tokens tried (accepted + the first rejected)
         self._idle = 0
+        self._probing = False  # this round's k is the idle probe's (see _cost_aware_k)
         self.k_trace: list[int] = []
         self.tau_trace: list[float] = []
 
     def next_k(self) -> int:
         c = self.config
+        self._probing = False
         if c.fixed_k is not None:
             k = c.fixed_k
         elif c.verify_cost_ms:
@@ -84,8 +86,10 @@ class ConfidenceScheduler:
         return max(0.0, self._cost(width + 1) - self._cost(width)) / self._cost(1)
 
     def worth(self, proposed: int) -> bool:
-        """Cost-aware mode: is verifying a draft of this length better than no draft at all?"""
-        if not self.config.verify_cost_ms or proposed == 0:
+        """Cost-aware mode: is verifying a draft of this length better than no draft at all? A probe's
+        draft always is: the probe exists to measure acceptance, which only a verify does (were it
+        dropped, a low estimate could never rise again and the call would stop drafting for good)."""
+        if not self.config.verify_cost_ms or proposed == 0 or self._probing:
             return True
         return self._value(proposed) >= self._value(0)
 
@@ -102,12 +106,14 @@ class ConfidenceScheduler:
             if value > best + 1e-12:  # ties go to the shorter draft
                 best_k, best = k, value
         # When even the cheapest draft costs more than it is expected to save (a CPU where verifying 2
-        # tokens costs twice one), draft nothing; every 4th such round still probes with k_min so the
-        # acceptance estimate can recover when the text turns repetitive.
+        # tokens costs twice one), draft nothing; every 4th such round still probes (with the best k)
+        # so the acceptance estimate can recover when the text turns repetitive; `worth` lets the
+        # probe's draft through to the verify, the only thing that moves the estimate.
         if self._value(0) > best:
             self._idle += 1
             if self._idle % 4 != 0:
                 return 0
+            self._probing = True
         else:
             self._idle = 0
         return best_k
