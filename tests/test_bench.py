@@ -53,6 +53,13 @@ def test_bench_runs_every_method_on_corpus_prompts(tiny_models: tuple[Path, Path
     assert {"python", "rust", "go", "cpp"} <= langs
 
 
+def test_bench_rejects_a_prefix_share_out_of_range(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["bench", "--prefix-share", "1.5", "--humaneval", "none"])
+    assert rc == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--prefix-share" in err[0]
+
+
 def test_bench_rejects_unknown_methods(tiny_models: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
     target, _ = tiny_models
     rc = main(["bench", "--model", str(target), "--methods", "target_only,warp_drive", "--humaneval", "none"])

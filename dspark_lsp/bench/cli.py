@@ -27,6 +27,10 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--context-window", type=int, default=256)
     p.add_argument(
+        "--prefix-share", type=float, default=0.75,
+        help="share of the prompt budget before the cursor (the prefixShare setting; the rest is the suffix's)",
+    )
+    p.add_argument(
         "--methods", default=",".join(DEFAULT_METHODS), help="comma-separated method names (dspark_lsp/bench/methods.py); ablations run only when named"
     )
     p.add_argument("--fixed-k", type=int, default=4)

@@ -155,6 +155,8 @@ def _hf_generate(model: Any, ids: list[int], max_new: int, eos: list[int], **kw:
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    if not 0.1 <= args.prefix_share <= 1.0:
+        raise UserError(f"--prefix-share must be in [0.1, 1], not {args.prefix_share}")
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.lsp:
@@ -271,7 +273,8 @@ def _prepare_prompts(args: argparse.Namespace, service: CompletionService) -> li
     prepared: list[Prepared] = []
     for bp in prompts:
         lang = bp.language or detect_language(bp.path, None)
-        fp = build_fim_prompt(bp.text, bp.offset, tok, fim, context_window=args.context_window)
+        fp = build_fim_prompt(bp.text, bp.offset, tok, fim, context_window=args.context_window,
+                              prefix_share=args.prefix_share)
         doc = SyntaxDocument(bp.text, lang)
         tracker = functools.partial(doc.generation, bp.offset, doc.completion_scope(bp.offset))
         prepared.append(Prepared(bp, fp.ids, lang, tracker, outside_window_ids(bp.text, bp.offset, fp, tok)))
@@ -672,6 +675,7 @@ def _report(
         "settings": {
             "max_new_tokens": args.max_new_tokens,
             "context_window": args.context_window,
+            "prefix_share": args.prefix_share,
             "limit": args.limit,
             "seed": args.seed,
             "fixed_k": args.fixed_k,

@@ -44,6 +44,10 @@ def add_eval_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--max-new-tokens", type=int, default=None, help="the service's budget (default: the server's)"
     )
     p.add_argument("--context-window", type=int, default=None, help="prompt tokens (default: the server's)")
+    p.add_argument(
+        "--prefix-share", type=float, default=None,
+        help="share of the prompt budget before the cursor (default: the server's prefixShare)",
+    )
     p.add_argument("--multiline", choices=["auto", "always", "never"], default="auto")
     p.add_argument("--raw-max-tokens", type=int, default=128, help="budget of the raw-output ceiling")
     p.add_argument("--no-ceilings", action="store_true", help="skip the raw output and the oracle cut")
@@ -129,6 +133,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         cfg.max_new_tokens = args.max_new_tokens
     if args.context_window is not None:
         cfg.context_window = args.context_window
+    if args.prefix_share is not None:
+        cfg.prefix_share = args.prefix_share
     errs = cfg.problems()
     if errs:
         raise UserError("; ".join(errs))
