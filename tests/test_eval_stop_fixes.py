@@ -56,6 +56,72 @@ CASES: list[tuple[str, str, str, str | None]] = [
         "        return 'No'\n    return 'Yes'\n",
         "        return 'No'",
     ),
+    # A dedent to a clause that continues the statement (``elif``/``else``/...) goes on with that branch,
+    # then ends where the completion re-types the code after the hole (HumanEval/1 L7, /47 L2, /99 L9).
+    (
+        "python",
+        "def f(s):\n    out = []\n    for c in s:\n        if c == '(':\n<|>\n        out.append(c)\n    return out\n",
+        "            depth += 1\n        elif c == ')':\n            depth -= 1\n        out.append(c)\n",
+        "            depth += 1\n        elif c == ')':\n            depth -= 1",
+    ),
+    # ... and a line at the clause's depth that is not a clause ends it, as a dedent did before.
+    (
+        "python",
+        "def f(s):\n    out = []\n    for c in s:\n        if c == '(':\n<|>\n        out.append(c)\n    return out\n",
+        "            depth += 1\n        else:\n            depth -= 1\n        n = depth\n        m = 2\n",
+        "            depth += 1\n        else:\n            depth -= 1",
+    ),
+    # Not when the document already has the next branch there: a dedent still ends it.
+    (
+        "python",
+        "def f(x):\n    if x > 2:\n<|>\n    elif x > 1:\n        return 1\n",
+        "        return 2\n    elif x > 0:\n        return 0\n",
+        "        return 2",
+    ),
+    # Nor a dedent to a line that only starts like a clause.
+    (
+        "python",
+        "def f(s):\n    for c in s:\n        if c:\n<|>\n    return s\n",
+        "            s += c\n        elapsed = 1\n",
+        "            s += c",
+    ),
+    # A header over the suffix's body, then lines of that body written before the suffix's own: when the
+    # completion then re-types the suffix's first line, those lines are the hole (HumanEval/119 L2).
+    (
+        "python",
+        "def f(s):\n    val = 0\n<|>\n        if val < 0:\n            return False\n    return val\n",
+        "    for c in s:\n        if c == '(':\n            val += 1\n        else:\n            val -= 1\n"
+        "        if val < 0:\n",
+        "    for c in s:\n        if c == '(':\n            val += 1\n        else:\n            val -= 1",
+    ),
+    # ... or a clause at the header's depth opens the suffix: the suffix is the else's body (/65 L1).
+    (
+        "python",
+        "def f(x, s):\n    s = str(x)\n<|>\n        return s[1:]\n",
+        "    if x > len(s):\n        return s[::-1]\n    else:\n        return s[1:]\n",
+        "    if x > len(s):\n        return s[::-1]\n    else:",
+    ),
+    # Not when the suffix goes on with a clause of its own (/9 L4): its first lines are the if's body.
+    (
+        "python",
+        "def f(xs):\n    m = None\n    for n in xs:\n<|>\n            m = n\n        else:\n            m = max(m, n)\n",
+        "        if m is None:\n            r.append(n)\n        else:\n            m = max(m, n)\n",
+        "        if m is None:",
+    ),
+    # Nor another header over the suffix (/111 L4): a second block, not the hole's end.
+    (
+        "python",
+        "def f(l):\n    d = {}\n<|>\n        d[i] = 1\n    return d\n",
+        "    for i in l:\n        if i:\n            d[i] = 0\n    for i in d:\n        d[i] = 1\n",
+        "    for i in l:",
+    ),
+    # Without such evidence the header alone (a paraphrase of the suffix's body, then its later lines).
+    (
+        "python",
+        "def f(lst):\n    d = {}\n<|>\n        d[i] += 1\n    return d\n",
+        "    for i in lst:\n        d[i] = d.get(i, 0) + 1\n    return d\n",
+        "    for i in lst:",
+    ),
     # A completion never ends on a header whose body is missing: the suffix rule cut before
     # ``count += 1`` and left ``if ...:`` bodiless (HumanEval/146 L4, /132 L8).
     (

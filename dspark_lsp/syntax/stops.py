@@ -27,6 +27,8 @@ from dspark_lsp.syntax.textutil import indent_width, is_word_char, strip_cr
 _CLOSERS = {")": "(", "]": "[", "}": "{"}
 # A rest of the cursor's line starting with one of these is cut as soon as the completion re-types it.
 _EARLY_REST = ")]};,\"'`"
+# Clauses that continue an indent-block statement at a shallower depth (StopConfig.continue_clauses).
+CLAUSE_WORDS = frozenset({"elif", "else", "except", "finally"})
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,14 @@ class StopConfig:
     # End after a top-level line that opens a block when the code after the cursor starts deeper: that
     # code is the block's body, the hole was its header.
     suffix_body: bool = True
+    # ... but only as a fallback: the completion goes on past that header, and its later lines decide. If
+    # it then re-types the first line of the code after the cursor, the lines between were the header's
+    # body written before the suffix's (HumanEval/119 L2, /72 L3: ``for c in s:`` and its first
+    # statements, then the suffix's ``if val < 0:``): cut before the re-typed line. If a clause at the
+    # header's depth opens the suffix instead (``if a:`` / body / ``else:`` over the else's body: /65 L1,
+    # /47 L1, /140 L15), end after it. Any other end (a dedent, a loop, the budget, the end of the text)
+    # falls back to after the header.
+    suffix_body_wait: bool = True
     # When nothing follows the cursor, a dedent below the completion's first line does not end it while
     # it stays inside the top-level construct (column 0 ends it): a hole at a function's end may close an
     # inner block and go on in the outer one (``...\n        elif c:\n    return r``; eval, /142).
@@ -59,6 +69,12 @@ class StopConfig:
     # that body), the header goes too. A bodiless header is a syntax error in the user's file (eval,
     # HumanEval/146 and /132: a second line ``if ...:`` cut off before its body by the suffix rule).
     drop_open_header: bool = True
+    # An indent-block completion may dedent to a clause that continues the statement it is inside
+    # (``elif`` / ``else`` / ``except`` / ``finally``): the hole ended a branch's body and went on with the
+    # next branch (eval, HumanEval/1 L7, /47 L2, /99 L9: cut at the dedent, the oracle's longer cut
+    # passed). Not when the code after the cursor starts with such a clause at that depth (the document
+    # has the next branch already), nor below the depth that code starts at.
+    continue_clauses: bool = True
 
 
 @dataclass(frozen=True)
@@ -135,6 +151,8 @@ class StopRules:
         self._min_indent: int | None = None
         self._top_indent: int | None = None  # indentation of the completion's first content line
         self._seen: Counter[str] = Counter()
+        self._provisional: int | None = None  # suffix_body_wait: the end after the header, if no evidence
+        self._evidence = False  # a later line showed where the hole ends (see suffix_body_wait)
 
     def stop_index(self, generated: str, final: bool = False, capped: bool = False) -> int | None:
         if not generated.startswith(self._text):
@@ -159,6 +177,8 @@ class StopRules:
                     self._complete_line(partial, len(generated))
             if self._stop is None and final and self._before_header is not None:
                 self._stop = self._cut_before_line()  # the text ends on a bodiless header
+        if self._provisional is not None and not self._evidence and (self._stop is not None or final):
+            self._stop = self._provisional  # nothing after the header said it was more than the header
         return self._stop
 
     # -- single line -------------------------------------------------------------------------
@@ -197,7 +217,7 @@ class StopRules:
         if facts.braces or facts.element_list:
             self._scan_braces(partial, self._line_start)
         if self._stop is None and not facts.braces:
-            self._check_indent(partial, self._line_start)
+            self._check_indent(partial, self._line_start, complete=final)
 
     # -- multi line --------------------------------------------------------------------------
     def _complete_line(self, line: str, end: int) -> None:
@@ -282,8 +302,9 @@ class StopRules:
         else:
             self._stop = start + i + 1
 
-    def _check_indent(self, line: str, start: int) -> None:
-        """Indentation rules, decided as soon as a line's first code character appears."""
+    def _check_indent(self, line: str, start: int, complete: bool = True) -> None:
+        """Indentation rules, decided as soon as a line's first code character appears (a dedent to what
+        may become a continuing clause, once its first word is whole: ``complete`` says the line is)."""
         stripped = line.strip()
         if not stripped or not self._state.is_code:
             return  # blank so far, or a line inside a multi-line string/comment
@@ -301,8 +322,14 @@ class StopRules:
         if indent < self._min_indent:
             floor = self._dedent_floor(self._min_indent)
             if floor is None or indent < floor:
-                self._stop = self._cut_before_line()
-                return
+                clause = self._clause(stripped, indent, complete)
+                if clause is None:
+                    return  # the line's first word is still coming: decide when it is there
+                if not clause:
+                    self._stop = self._cut_before_line()
+                    return
+                return  # a continuing clause; its body comes back to the completion's depth, and a
+                # line left at the clause's depth that is not one ends the completion as before
             self._min_indent = indent
         if indent == 0 and self._blank_since_content and self._content_lines > 0:
             self._stop = self._cut_before_line()
@@ -325,6 +352,7 @@ class StopRules:
             return
         if facts.suffix_line and stripped == facts.suffix_line and not _bracket_only(stripped):
             self._stop = self._cut_before_line()  # re-typing the code after the cursor
+            self._evidence = True
             return
         if (
             self._content_lines > 0  # a first line equal to a later suffix line can be the hole (eval)
@@ -333,7 +361,7 @@ class StopRules:
             and stripped in facts.suffix_lines[1 : self.config.suffix_window]
         ):
             self._stop = self._cut_before_line()  # re-typing the code a little after the cursor
-            return
+            return  # (no evidence for suffix_body_wait: a paraphrased body may come before such a line)
         if len(stripped) >= self.config.min_repeat_len and any(is_word_char(c) for c in stripped):
             # The cursor's own line counts once it is a fresh line (on "def f():|" it is the prefix's).
             fresh = self._line_no > 0 or not facts.line_before.strip()
@@ -355,7 +383,14 @@ class StopRules:
         self._before_header = self._kept_end if self._open_header(line) else None
         self._kept_end = start + len(line.rstrip())
         if self._opens_suffix_body(line):
-            self._stop = self._kept_end
+            if self.config.suffix_body_wait and self._provisional is None:
+                self._provisional = self._kept_end
+            else:
+                self._stop = self._kept_end
+                # After a provisional header only a clause is evidence (another header, ``for i in
+                # d:``, is a second block: HumanEval/111 L4), and not when the suffix goes on with such
+                # a clause itself: then its first lines were the header's body (/9 L4).
+                self._evidence = self._provisional is None or self._clause_opens_suffix(line)
 
     def _cut_before_line(self) -> int:
         """Where a "cut before this line" lands: after the last kept line, or before it when that line
@@ -375,6 +410,34 @@ class StopRules:
         if not strip_comment(full, self.lexicon).rstrip().endswith(facts.openers):
             return False
         return facts.suffix_indent is None or facts.suffix_indent <= indent_width(full)
+
+    def _clause_opens_suffix(self, line: str) -> bool:
+        """Is ``line`` a clause (CLAUSE_WORDS) while the suffix's next lines have none of their own?"""
+        def head(text: str) -> str:
+            return text.split(None, 1)[0].rstrip(":") if text.strip() else ""
+
+        later = self.facts.suffix_lines[1 : self.config.suffix_window]
+        return head(self._full_line(line)) in CLAUSE_WORDS and not any(head(t) in CLAUSE_WORDS for t in later)
+
+    def _clause(self, stripped: str, indent: int, complete: bool) -> bool | None:
+        """Does a dedented line (``stripped``, at ``indent``) continue the statement the completion is in
+        with one of CLAUSE_WORDS? None while a partial line could still become one."""
+        facts = self.facts
+        if not self.config.continue_clauses or facts.braces:
+            return False
+        word = stripped.split(None, 1)[0].rstrip(":") if stripped else ""
+        if stripped == word and any(w.startswith(word) for w in CLAUSE_WORDS) and not complete:
+            return None
+        if word not in CLAUSE_WORDS:
+            return False
+        below = facts.suffix_indent
+        if below is not None:
+            if indent < below:
+                return False
+            head = facts.suffix_lines[0].split(None, 1)[0].rstrip(":") if facts.suffix_lines else ""
+            if indent == below and head in CLAUSE_WORDS:
+                return False
+        return True
 
     def _dedent_floor(self, min_indent: int) -> int | None:
         """The least indentation a dedent may reach without ending the completion (None: no dedent)."""
