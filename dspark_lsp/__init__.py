@@ -1,1 +1,14 @@
 """DSpark LSP."""
+
+import os
+
+# oneDNN (torch's CPU GEMM for the bf16 prefill products, quant/qkernel.cpp) keeps every primitive it
+# builds, one per distinct matrix shape, up to 1,024 by default, each with its own buffers. A prefill's
+# row count is the prompt's new tokens, which differ from keystroke to keystroke, so a language server
+# collected hundreds of them: the 60-minute soak of the twelfth session grew 1,272 -> 1,748 MB
+# (88.5 MB / 10 min), and an in-process replay of 574 completions 1,154 -> 1,719 MB and rising, against
+# a plateau of 1,463 MB with the cache capped at 8 (or with fp32 prefill; capped at 16 it still crept
+# up, 1,438 -> 1,504 MB over the last 300). One prefill uses about five shapes, repeated over 24 layers,
+# so a cache of 8 still hits within a prefill (the capped replay completed no slower). Set before torch
+# (and so oneDNN) is first used; a value the user set is kept.
+os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "8")
