@@ -283,7 +283,9 @@ inline void row_dots_int(const Mat& m, int64_t n, const int16_t* xq, const float
 
 // Rows of x as int16 per group of 32 with an fp32 scale each: q = round(x * 32767 / absmax), so
 // x ~= q * absmax / 32767. A row's values depend on that row alone (batch invariance).
-void quantize_rows(const float* xp, int64_t M, int64_t K, int16_t* q, float* sc) {
+// The scales go where row_dots_* read them: row r's unit u at sc[r * stride + u], each group's scale
+// written U times (once per unit: Q6_K has two per group); the caller zero-pads the rest of a row.
+void quantize_rows(const float* xp, int64_t M, int64_t K, int16_t* q, float* sc, int64_t stride, int64_t U) {
   const int64_t G = K / 32;
   const __m256 sign = _mm256_set1_ps(-0.0f);
   for (int64_t r = 0; r < M; ++r)
@@ -299,7 +301,7 @@ void quantize_rows(const float* xp, int64_t M, int64_t K, int16_t* q, float* sc)
       t = _mm_max_ps(t, _mm_movehl_ps(t, t));
       t = _mm_max_ss(t, _mm_shuffle_ps(t, t, 1));
       const float amax = _mm_cvtss_f32(t);
-      sc[r * G + g] = amax / 32767.0f;
+      for (int64_t u = 0; u < U; ++u) sc[r * stride + g * U + u] = amax / 32767.0f;
       const __m256 inv = _mm256_set1_ps(amax > 0.0f ? 32767.0f / amax : 0.0f);
       int16_t* d = q + r * K + g * 32;
       for (int i = 0; i < 4; i += 2) {
@@ -382,17 +384,6 @@ void small_product(const Mat& m, const int16_t* xq, const float* xsu, int64_t GU
 
 inline int64_t round8(int64_t v) { return (v + 7) / 8 * 8; }
 
-// Per row: each unit's activation scale (the group's, repeated for Q6_K's two units), zero-padded to a
-// multiple of 8 units, in the order row_dots_int reads them.
-at::Tensor unit_scales(const float* sc, int64_t M, int64_t G, int64_t U) {
-  const int64_t GU8 = round8(G * U);
-  at::Tensor out = at::zeros({M, GU8}, at::kFloat);
-  float* d = out.data_ptr<float>();
-  for (int64_t r = 0; r < M; ++r)
-    for (int64_t u = 0; u < G * U; ++u) d[r * GU8 + u] = sc[r * G + u / U];
-  return out;
-}
-
 // Per row and group: the sum of the group's 32 fp32 values of x, which the offset term of affine types
 // multiplies — in one fixed order ((x[0:8] + x[8:16]) + (x[16:24] + x[24:32]), then its 8 lanes), so
 // the same for every M; zero-padded to a multiple of 8 groups.
@@ -470,8 +461,8 @@ Mat make_mat(int64_t kind, const at::Tensor& codes, const at::Tensor& scale, con
 }
 
 // The prefill path's buffers (the fp32 weight tile, and the bf16 copies when set_prefill_bf16 is on), one
-// set per calling thread, kept between products and grown to the largest size asked for (34.9 MB for the 0.5B's fused gate/up rows; never above the 64 MB
-// cap). Why not a fresh tensor per product, as before: each product then allocated and freed 3-35 MB
+// set per calling thread, kept between products and grown to the largest size asked for (34.9 MB for the
+// 0.5B's fused gate/up rows; never above the 64 MB cap). Why not a fresh tensor per product, as before: each product then allocated and freed 3-35 MB
 // between the activations' allocations, and in a worker thread's malloc arena (64 MB heaps; glibc
 // serves these sizes from the heaps once its mmap threshold has risen to a freed block's size) the
 // freed tiles could not be reused in place, so new heaps were mapped: the language server's RSS rose
@@ -516,13 +507,12 @@ at::Tensor qmm(const at::Tensor& x_in, int64_t kind, const at::Tensor& codes, co
     const int64_t G = K / 32, U = m.scales_per_group;
     at::Tensor xs = m.off != nullptr ? group_sums(xp, M, K) : at::Tensor();
     const float* xsp = xs.defined() ? xs.data_ptr<float>() : nullptr;
+    const int64_t GU8 = round8(G * U), G8 = round8(G);
     at::Tensor xq = at::empty({M, K}, at::kShort);
-    at::Tensor xsc = at::empty({M, G}, at::kFloat);
-    quantize_rows(xp, M, K, xq.data_ptr<int16_t>(), xsc.data_ptr<float>());
-    at::Tensor xsu = unit_scales(xsc.data_ptr<float>(), M, G, U);
+    at::Tensor xsu = at::zeros({M, GU8}, at::kFloat);  // per-unit activation scales, zero-padded
+    quantize_rows(xp, M, K, xq.data_ptr<int16_t>(), xsu.data_ptr<float>(), GU8, U);
     const int16_t* xqp = xq.data_ptr<int16_t>();
     const float* xsup = xsu.data_ptr<float>();
-    const int64_t GU8 = round8(G * U), G8 = round8(G);
     at::parallel_for(0, N, 16, [&](int64_t n0, int64_t n1) {
       small_product(m, xqp, xsup, GU8, M, K, n0, n1, N, op, xsp, G8);
     });
