@@ -117,6 +117,12 @@ def brackets_balanced(text: str) -> bool:
     return not stack
 
 
+def _head(line: str) -> str:
+    """A line's first word, without a trailing colon (``else:`` -> ``else``); "" for a blank line."""
+    parts = line.split(None, 1)
+    return parts[0].rstrip(":") if parts else ""
+
+
 def _bracket_only(line: str) -> bool:
     return all(ch in ")]};,. " for ch in line)
 
@@ -413,11 +419,8 @@ class StopRules:
 
     def _clause_opens_suffix(self, line: str) -> bool:
         """Is ``line`` a clause (CLAUSE_WORDS) while the suffix's next lines have none of their own?"""
-        def head(text: str) -> str:
-            return text.split(None, 1)[0].rstrip(":") if text.strip() else ""
-
         later = self.facts.suffix_lines[1 : self.config.suffix_window]
-        return head(self._full_line(line)) in CLAUSE_WORDS and not any(head(t) in CLAUSE_WORDS for t in later)
+        return _head(self._full_line(line)) in CLAUSE_WORDS and not any(_head(t) in CLAUSE_WORDS for t in later)
 
     def _clause(self, stripped: str, indent: int, complete: bool) -> bool | None:
         """Does a dedented line (``stripped``, at ``indent``) continue the statement the completion is in
@@ -425,7 +428,7 @@ class StopRules:
         facts = self.facts
         if not self.config.continue_clauses or facts.braces:
             return False
-        word = stripped.split(None, 1)[0].rstrip(":") if stripped else ""
+        word = _head(stripped)
         if stripped == word and any(w.startswith(word) for w in CLAUSE_WORDS) and not complete:
             return None
         if word not in CLAUSE_WORDS:
@@ -434,8 +437,7 @@ class StopRules:
         if below is not None:
             if indent < below:
                 return False
-            head = facts.suffix_lines[0].split(None, 1)[0].rstrip(":") if facts.suffix_lines else ""
-            if indent == below and head in CLAUSE_WORDS:
+            if indent == below and facts.suffix_lines and _head(facts.suffix_lines[0]) in CLAUSE_WORDS:
                 return False
         return True
 
