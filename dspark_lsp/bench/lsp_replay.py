@@ -474,7 +474,7 @@ def server_settings(args: Any) -> dict[str, Any]:
         settings["cacheDir"] = args.cache_dir
     settings["maxNewTokens"] = args.max_new_tokens
     settings["contextWindow"] = args.context_window
-    settings["prefixShare"] = getattr(args, "prefix_share", 0.75)
+    settings["prefixShare"] = args.prefix_share
     if getattr(args, "backend_url", None):
         backend: dict[str, Any] = {"url": args.backend_url}
         if getattr(args, "backend_model", None):
