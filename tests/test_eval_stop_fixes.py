@@ -140,6 +140,44 @@ CASES: list[tuple[str, str, str, str | None]] = [
         "    for i in range(n):\n        if i % 2 == 0:\n            x = 1\n            for j in range(i): x *= j\n",
         "    for i in range(n):\n        if i % 2 == 0:\n            x = 1",
     ),
+    # A clause below the code after the hole, as that code's header: the suffix is the clause's body
+    # (HumanEval/47 L2_L3: ``else:``, then the suffix re-typed) or goes on with it (/1 L7_L10: ``elif``
+    # and its body, the suffix's ``if`` at that body's depth).
+    (
+        "python",
+        "def f(l):\n    if len(l) % 2 == 1:\n<|>\n        return (l[0] + l[1]) / 2.0\n",
+        "        return l[0]\n    else:\n        return (l[0] + l[1]) / 2.0\n",
+        "        return l[0]\n    else:",
+    ),
+    (
+        "python",
+        "def f(s):\n    for c in s:\n        if c == '(':\n            d += 1\n<|>\n\n"
+        "            if d == 0:\n                r.append(c)\n    return r\n",
+        "            t.append(c)\n        elif c == ')':\n            d -= 1\n            t.append(c)\n\n    return r\n",
+        "            t.append(c)\n        elif c == ')':\n            d -= 1\n            t.append(c)",
+    ),
+    # ... but not a clause two steps below that code, nor one that opens no block there.
+    (
+        "python",
+        "def f(s):\n    for c in s:\n        if c:\n            if d:\n<|>\n                t.append(c)\n",
+        "                d += 1\n        else:\n            d -= 1\n",
+        "                d += 1",
+    ),
+    # The enclosing literal is still open (the file does not parse there): the hole's elements and the
+    # closer it ends with (HumanEval/19 L6_L11, /105 L3_L10: ``}`` was cut off).
+    (
+        "python",
+        "def f(x):\n    m = {\n        'one': 1,\n<|>\n\n    return m[x]\n",
+        "        'two': 2\n    }\n    return m[x]\n",
+        "        'two': 2\n    }",
+    ),
+    # Not when the code after the hole closes it itself.
+    (
+        "python",
+        "def f(x):\n    m = {\n        'one': 1,\n<|>\n    }\n    return m[x]\n",
+        "        'two': 2\n    }\n",
+        "        'two': 2",
+    ),
     # Not when the suffix is at the completion's own depth: a new block is being written.
     (
         "python",
@@ -312,3 +350,20 @@ def test_finish_text_drops_the_line_the_budget_cut_short() -> None:
     assert shown == "for c in s:\n        r.append(c)"
     shown, _ = finish_text(doc.generation(offset, doc.completion_scope(offset)), generated, "\n")
     assert shown == generated  # ended by EOS: the model's own last line
+
+
+def test_a_line_the_budget_cut_while_re_typing_the_suffix_is_evidence() -> None:
+    """A header over the suffix's body, a statement of the body, then the suffix's first line cut short
+    by the budget: the lines before it are the hole, not only the header (eval, HumanEval/113 L0_L2)."""
+    from dspark_lsp.service import finish_text
+
+    text = "def f(lst):\n\n        res.append(str(n) + ' items')\n    return res\n"
+    offset = text.index("\n") + 1
+    generated = "    res = []\n    for i in lst:\n        n = len(i)\n        res.append(str(n) +"
+    doc = SyntaxDocument(text, "python")
+    shown, _ = finish_text(doc.generation(offset, doc.completion_scope(offset)), generated, text[offset:], capped=True)
+    assert shown == "    res = []\n    for i in lst:\n        n = len(i)"
+    # Cut short on a line that is not the suffix's: the header alone, as before.
+    other = "    res = []\n    for i in lst:\n        n = len(i)\n        k = str(n) +"
+    shown, _ = finish_text(doc.generation(offset, doc.completion_scope(offset)), other, text[offset:], capped=True)
+    assert shown == "    res = []\n    for i in lst:"

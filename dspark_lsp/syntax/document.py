@@ -12,7 +12,13 @@ from dspark_lsp.syntax.incremental import IncrementalTree
 from dspark_lsp.syntax.keys import WordIndex
 from dspark_lsp.syntax.languages import LanguageSpec, LoadedLanguage, load_language
 from dspark_lsp.syntax.lexer import CODE, Lexicon, LexState, state_for_text_node
-from dspark_lsp.syntax.scope import Scope, after_element, completion_scope, previous_code_line
+from dspark_lsp.syntax.scope import (
+    Scope,
+    after_element,
+    completion_scope,
+    open_bracket_before,
+    previous_code_line,
+)
 from dspark_lsp.syntax.stops import CursorFacts
 from dspark_lsp.syntax.textutil import byte_offset, indent_step, indent_width, point_at, strip_cr
 from dspark_lsp.syntax.treequery import TreeQuestions
@@ -147,7 +153,10 @@ class SyntaxDocument:
         """A blank line in a literal or argument list after an element (the scope's own test)."""
         if before.strip() or after.strip() or self.tree is None or self._questions is None:
             return False
-        if self._questions.in_block(self.tree.root_node, byte_offset(self._text, offset)):
+        root = self.tree.root_node
+        if self._questions.in_block(root, byte_offset(self._text, offset)) and not (
+            root.has_error and open_bracket_before(self._text, line_start, self._lexicon)
+        ):
             return False
         return after_element(self._text, line_start, self._lexicon)
 

@@ -55,6 +55,38 @@ def after_element(text: str, line_start: int, lexicon: Lexicon) -> bool:
     return previous_code_line(text, line_start, lexicon).endswith(ELEMENT_ENDS)
 
 
+# How far back open_bracket_before looks for the construct's first line (a bound on per-keystroke work).
+BRACKET_LOOKBACK_CHARS = 20_000
+
+
+def open_bracket_before(text: str, line_start: int, lexicon: Lexicon) -> bool:
+    """Does a bracket opened before ``line_start`` stay open there, counting from the last line that
+    starts at column 0 with code (the enclosing top-level construct)? A lexical answer for where the
+    tree has none: an unclosed literal (``value_map = {`` and its elements, the hole ending at ``}``)
+    parses as an ERROR region, which tree questions read as a statement container (eval, HumanEval/19
+    L6, /105 L3)."""
+    floor = max(0, line_start - BRACKET_LOOKBACK_CHARS)
+    start = line_start
+    while start > floor:
+        prev = text.rfind("\n", floor, start - 1) + 1
+        first = text[prev : prev + 1]
+        start = prev
+        comment = lexicon.line_comment is not None and text.startswith(lexicon.line_comment, prev)
+        if first and not first.isspace() and first not in ")]}" and first not in lexicon.quotes and not comment:
+            break
+    stack: list[str] = []
+    pairs = {")": "(", "]": "[", "}": "{"}
+
+    def on_code(_: int, ch: str) -> None:
+        if ch in "([{":
+            stack.append(ch)
+        elif ch in pairs and stack and stack[-1] == pairs[ch]:
+            stack.pop()
+
+    lexicon.run(CODE, text[start:line_start], on_code)
+    return bool(stack)
+
+
 def completion_scope(
     text: str,
     offset: int,

@@ -73,7 +73,8 @@ class StopConfig:
     # (``elif`` / ``else`` / ``except`` / ``finally``): the hole ended a branch's body and went on with the
     # next branch (eval, HumanEval/1 L7, /47 L2, /99 L9: cut at the dedent, the oracle's longer cut
     # passed). Not when the code after the cursor starts with such a clause at that depth (the document
-    # has the next branch already), nor below the depth that code starts at.
+    # has the next branch already), nor below the depth that code starts at unless the clause is that
+    # code's header (the suffix one step deeper: HumanEval/47 L2_L3, /1 L7_L10).
     continue_clauses: bool = True
 
 
@@ -179,6 +180,11 @@ class StopRules:
                     # The budget cut this line short (``result.append(''.join(current``): the lines
                     # before it are a completion, a broken last line is not (eval, HumanEval/1).
                     self._stop = self._cut_before_line()
+                    # A line cut short while re-typing the code after the cursor shows where the hole
+                    # ended as the whole line would have (suffix_body_wait; eval, HumanEval/113 L0_L2).
+                    head = strip_cr(partial).strip()
+                    if len(head) >= self.config.min_repeat_len and self.facts.suffix_line.startswith(head):
+                        self._evidence = True
                 else:
                     self._complete_line(partial, len(generated))
             if self._stop is None and final and self._before_header is not None:
@@ -436,7 +442,17 @@ class StopRules:
         below = facts.suffix_indent
         if below is not None:
             if indent < below:
-                return False
+                # Below the code after the cursor only as that code's header: the clause's body is where
+                # the suffix starts (``return l[m]`` / ``else:`` over the suffix's ``return (l[m - 1]...``,
+                # or ``elif c == ')':`` and its body, the suffix going on at that depth; eval, HumanEval/47
+                # L2_L3, /1 L7_L10). Whether the line opens a block is known once it is whole.
+                step = facts.indent_step
+                if step is not None and below > indent + step:
+                    return False
+                if not complete:
+                    return None
+                code = strip_comment(stripped, self.lexicon).rstrip()
+                return code.endswith(facts.openers)
             if indent == below and facts.suffix_lines and _head(facts.suffix_lines[0]) in CLAUSE_WORDS:
                 return False
         return True
@@ -463,6 +479,8 @@ class StopRules:
         full = self._full_line(line)
         code = strip_comment(full, self.lexicon).rstrip()
         indent = indent_width(full)
+        if self._min_indent is not None and indent < self._min_indent:
+            return False  # a clause dedented below the completion (_clause): its own rules end it
         at_top = self._top_indent is None or indent <= self._top_indent
         # The suffix is this header's body only if it starts one step deeper: two steps deeper, it is
         # the inside of a block the body has yet to open (``for i in x:`` over ``            x *= j``,
