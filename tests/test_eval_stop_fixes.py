@@ -178,6 +178,27 @@ CASES: list[tuple[str, str, str, str | None]] = [
         "        'two': 2\n    }\n",
         "        'two': 2",
     ),
+    # No jump at the depth the suffix goes on at: its statements would be dead code (HumanEval/36 L0_L3).
+    (
+        "python",
+        "def f(n):\n<|>\n    s = ''.join(map(str, ns))\n    return s.count('7')\n",
+        "    ns = [i for i in range(n) if i % 11 == 0]\n    return sum(1 for i in ns)\n",
+        "    ns = [i for i in range(n) if i % 11 == 0]",
+    ),
+    # ... a jump inside a block the completion opened is fine (/65 L1_L3: ``else:`` over the suffix).
+    (
+        "python",
+        "def f(s, k):\n<|>\n        return s[k:]\n",
+        "    if k > len(s):\n        return s[::-1]\n    else:\n        return s[k:]\n",
+        "    if k > len(s):\n        return s[::-1]\n    else:",
+    ),
+    # ... and so is one before a clause of the suffix's (the branch ends there).
+    (
+        "python",
+        "def f(x):\n    if x:\n<|>\n    else:\n        y = 2\n",
+        "        y = 1\n        return y\n",
+        None,  # no cut: all of it is kept
+    ),
     # Not when the suffix is at the completion's own depth: a new block is being written.
     (
         "python",

@@ -29,6 +29,8 @@ _CLOSERS = {")": "(", "]": "[", "}": "{"}
 _EARLY_REST = ")]};,\"'`"
 # Clauses that continue an indent-block statement at a shallower depth (StopConfig.continue_clauses).
 CLAUSE_WORDS = frozenset({"elif", "else", "except", "finally"})
+# Statements after which nothing more of their block runs (StopConfig.no_dead_suffix).
+JUMP_WORDS = frozenset({"return", "raise", "break", "continue"})
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,11 @@ class StopConfig:
     # has the next branch already), nor below the depth that code starts at unless the clause is that
     # code's header (the suffix one step deeper: HumanEval/47 L2_L3, /1 L7_L10).
     continue_clauses: bool = True
+    # An indent-block completion does not go on with a jump (``return``/``raise``/``break``/``continue``)
+    # at the depth the code after the cursor starts, unless that code starts with a clause: it would make
+    # the suffix's statements dead code (eval, HumanEval/36 L0_L3: ``return sum(...)`` written ahead of
+    # the suffix's own computation). The completion's first line is exempt (the hole may be that jump).
+    no_dead_suffix: bool = True
 
 
 @dataclass(frozen=True)
@@ -388,6 +395,9 @@ class StopRules:
                 self._stop = self._cut_before_line()
                 return
             self._seen[stripped] += 1
+        if self._makes_suffix_dead(line):
+            self._stop = self._cut_before_line()
+            return
         if self._top_indent is None:
             self._top_indent = indent_width(self._full_line(line))
         self._content_lines += 1
@@ -403,6 +413,21 @@ class StopRules:
                 # d:``, is a second block: HumanEval/111 L4), and not when the suffix goes on with such
                 # a clause itself: then its first lines were the header's body (/9 L4).
                 self._evidence = self._provisional is None or self._clause_opens_suffix(line)
+
+    def _makes_suffix_dead(self, line: str) -> bool:
+        """A jump at the suffix's depth, the suffix going on with a statement there (no_dead_suffix)."""
+        facts = self.facts
+        if not self.config.no_dead_suffix or facts.braces or self._content_lines == 0:
+            return False
+        if facts.suffix_indent is None or not facts.suffix_lines:
+            return False
+        full = self._full_line(line)
+        indent = indent_width(full)
+        if indent != facts.suffix_indent or _head(full) not in JUMP_WORDS:
+            return False
+        if self._top_indent is not None and indent > self._top_indent:
+            return False  # inside a block the completion opened (``if a:`` / ``return x`` / ``else:``)
+        return _head(facts.suffix_lines[0]) not in CLAUSE_WORDS and not _bracket_only(facts.suffix_lines[0])
 
     def _cut_before_line(self) -> int:
         """Where a "cut before this line" lands: after the last kept line, or before it when that line
