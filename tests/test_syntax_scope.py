@@ -141,3 +141,28 @@ def test_report_accuracy(capsys: pytest.CaptureFixture[str]) -> None:
     with capsys.disabled():
         print("\nscope accuracy: " + ", ".join(lines) + f"; all {right}/{total}")
     assert right == total
+
+
+def test_open_bracket_before_reads_at_most_its_look_back() -> None:
+    """A long line with no break above the look-back floor: the scan starts at the floor, not at the
+    document's start (the bound on per-keystroke work held only when a line break was there)."""
+    from dspark_lsp.syntax.lexer import Lexicon
+    from dspark_lsp.syntax.scope import BRACKET_LOOKBACK_CHARS, open_bracket_before
+
+    real = Lexicon.for_spec(None)
+    scanned: list[int] = []
+
+    class Recording:
+        line_comment = real.line_comment
+        quotes = real.quotes
+
+        def run(self, state, text, on_code=None):  # type: ignore[no-untyped-def]
+            scanned.append(len(text))
+            return real.run(state, text, on_code)
+
+    text = "  " + "a, " * BRACKET_LOOKBACK_CHARS + "\n  b,\n"
+    assert not open_bracket_before(text, len(text), Recording())  # type: ignore[arg-type]
+    assert scanned and scanned[0] <= BRACKET_LOOKBACK_CHARS
+    text = "m = {\n    'a': 1,\n"
+    assert open_bracket_before(text, len(text), real)
+    assert not open_bracket_before("m = {'a': 1}\n", len("m = {'a': 1}\n"), real)

@@ -21,7 +21,7 @@ from tree_sitter import Node
 
 from dspark_lsp.syntax.languages import LanguageSpec
 from dspark_lsp.syntax.lexer import CODE, Lexicon, strip_comment
-from dspark_lsp.syntax.textutil import byte_offset, is_word_char, strip_cr
+from dspark_lsp.syntax.textutil import CLOSER_OPENER, byte_offset, is_word_char, strip_cr
 from dspark_lsp.syntax.treequery import TreeQuestions
 
 DEFAULT_OPENERS = (":", "{")
@@ -68,19 +68,18 @@ def open_bracket_before(text: str, line_start: int, lexicon: Lexicon) -> bool:
     floor = max(0, line_start - BRACKET_LOOKBACK_CHARS)
     start = line_start
     while start > floor:
-        prev = text.rfind("\n", floor, start - 1) + 1
-        first = text[prev : prev + 1]
-        start = prev
-        comment = lexicon.line_comment is not None and text.startswith(lexicon.line_comment, prev)
-        if first and not first.isspace() and first not in ")]}" and first not in lexicon.quotes and not comment:
+        # No line break left above the floor: start at the floor (mid-line), keeping the bound.
+        start = max(floor, text.rfind("\n", floor, start - 1) + 1)
+        first = text[start : start + 1]
+        comment = lexicon.line_comment is not None and text.startswith(lexicon.line_comment, start)
+        if first and not first.isspace() and first not in CLOSER_OPENER and first not in lexicon.quotes and not comment:
             break
     stack: list[str] = []
-    pairs = {")": "(", "]": "[", "}": "{"}
 
     def on_code(_: int, ch: str) -> None:
         if ch in "([{":
             stack.append(ch)
-        elif ch in pairs and stack and stack[-1] == pairs[ch]:
+        elif ch in CLOSER_OPENER and stack and stack[-1] == CLOSER_OPENER[ch]:
             stack.pop()
 
     lexicon.run(CODE, text[start:line_start], on_code)

@@ -22,9 +22,8 @@ from dataclasses import dataclass
 
 from dspark_lsp.syntax.lexer import Lexicon, LexState, strip_comment
 from dspark_lsp.syntax.scope import Scope
-from dspark_lsp.syntax.textutil import indent_width, is_word_char, strip_cr
+from dspark_lsp.syntax.textutil import CLOSER_OPENER, indent_width, is_word_char, strip_cr
 
-_CLOSERS = {")": "(", "]": "[", "}": "{"}
 # A rest of the cursor's line starting with one of these is cut as soon as the completion re-types it.
 _EARLY_REST = ")]};,\"'`"
 # Clauses that continue an indent-block statement at a shallower depth (StopConfig.continue_clauses).
@@ -119,8 +118,8 @@ def brackets_balanced(text: str) -> bool:
     for ch in text:
         if ch in "([{":
             stack.append(ch)
-        elif ch in _CLOSERS:
-            if not stack or stack.pop() != _CLOSERS[ch]:
+        elif ch in CLOSER_OPENER:
+            if not stack or stack.pop() != CLOSER_OPENER[ch]:
                 return False
     return not stack
 

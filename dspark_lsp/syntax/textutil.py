@@ -10,6 +10,8 @@ from __future__ import annotations
 Point = tuple[int, int]
 
 TAB_WIDTH = 4
+# Each closing bracket and the opener it closes (the stop rules' and the scope's bracket checks).
+CLOSER_OPENER = {")": "(", "]": "[", "}": "{"}
 
 
 def utf8_len(text: str) -> int:
