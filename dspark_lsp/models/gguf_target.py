@@ -182,7 +182,10 @@ def build_quantized_model(
 
     if "output.weight" not in tensors:  # a tied head reads the embedding table
         if embedding is not None:  # the same arrays (QuantLinear's tensors share the numpy memory)
-            model.lm_head = QuantLinear(embedding)
+            head = QuantLinear(embedding)
+            model.lm_head = head
+            if head.packed is not embedding:  # the head took the panel layout: the lookups read it too
+                _set(model, "model.embed_tokens", QuantEmbedding(head.packed))
         else:
             lin = nn.Linear(config.hidden_size, config.vocab_size, bias=False, device="cpu")
             lin.weight = model.get_submodule("model.embed_tokens").weight  # type: ignore[assignment]

@@ -44,7 +44,8 @@ class Packed:
     """The kernel's layout of one matrix (see qkernel.cpp); numpy arrays, turned into tensors later.
 
     kind 4: ``codes`` uint8 [n, g, 16], two 4-bit codes per byte (element j low, element j + 16 high);
-    kind 8: ``codes`` int8 [n, g, 32], one code per weight, already minus the zero point (``shift`` 0).
+    kind 8: ``codes`` int8 [n, g, 32], one code per weight, already minus the zero point (``shift`` 0);
+    kinds 14 and 18: the same codes, scales and offsets in panels of 8 rows (:func:`interleave`).
     """
 
     kind: int
@@ -62,6 +63,8 @@ class Packed:
 
     def values(self) -> np.ndarray:
         """fp32 values [n, k], the kernel's arithmetic in numpy (the reference for tests)."""
+        if self.kind in PANEL_KINDS:
+            return deinterleave(self).values()
         g = self.k // QK
         if self.kind == 8:
             q = self.codes.reshape(self.n, g, QK).astype(np.int32)
@@ -209,3 +212,51 @@ def concat_rows(parts: list[Packed]) -> Packed | None:
     return Packed(first.kind, np.concatenate([p.codes.reshape(p.n, -1) for p in parts]),
                   np.concatenate([p.scale for p in parts]), off, first.shift, sum(p.n for p in parts), first.k,
                   first.source_type)
+
+
+# Panels of 8 weight rows (qkernel.cpp, "Panel layout"): one 256-bit register then holds the same two
+# inputs of 8 rows, so a decode or verify product sums each row's group in its own lane and pays the
+# integer-to-fp32 step once per group for 8 rows instead of once per row (the few-row products' main
+# cost beside the multiplies). Same codes, scales and offsets, reordered once at load time.
+PANEL = 8
+PANEL_KINDS = frozenset({14, 18})
+
+
+def interleave(p: Packed) -> Packed:
+    """``p`` (kind 4 or 8, ``p.n`` a multiple of 8) in the panel layout (kind 14 or 18)."""
+    if p.kind not in (4, 8) or p.n % PANEL:
+        raise ValueError(f"cannot interleave kind {p.kind} with {p.n} rows (needs kind 4 or 8, rows % 8 == 0)")
+    g = p.k // QK
+    np_ = p.n // PANEL
+    if p.kind == 8:
+        # [P, 8 rows, g, 16 pairs, 2] -> [P, g, 16 pairs, 8 rows, 2]
+        c = p.codes.reshape(np_, PANEL, g, 16, 2).transpose(0, 2, 3, 1, 4)
+    else:
+        # the 32 codes of a group, then quads: [P, 8, g, 8 quads, 2 (lo/hi pair), 2 (e)]
+        nib = p.codes.reshape(p.n, g, 16)
+        full = np.concatenate([nib & 15, nib >> 4], axis=-1).reshape(np_, PANEL, g, 8, 2, 2)
+        byte = full[..., 0, :] | (full[..., 1, :] << 4)  # [P, 8, g, 8 quads, 2 e]
+        c = byte.transpose(0, 2, 3, 1, 4)  # [P, g, quad, row, e]
+    per = p.scale.shape[1] // g  # 1, or 2 for Q6_K
+    scale = p.scale.reshape(np_, PANEL, g * per).transpose(0, 2, 1)
+    off = p.off.reshape(np_, PANEL, g).transpose(0, 2, 1).reshape(p.n, g) if p.off.size else p.off
+    return Packed(p.kind + 10, np.ascontiguousarray(c).reshape(p.codes.shape),
+                  np.ascontiguousarray(scale).reshape(p.n, g * per), np.ascontiguousarray(off), p.shift, p.n, p.k,
+                  p.source_type)
+
+
+def deinterleave(p: Packed) -> Packed:
+    """The inverse of :func:`interleave` (row-major kind 4 or 8)."""
+    g = p.k // QK
+    np_ = p.n // PANEL
+    if p.kind == 18:
+        c = p.codes.reshape(np_, g, 16, PANEL, 2).transpose(0, 3, 1, 2, 4)
+    else:
+        byte = p.codes.reshape(np_, g, 8, PANEL, 2).transpose(0, 3, 1, 2, 4)  # [P, row, g, quad, e]
+        full = np.stack([byte & 15, byte >> 4], axis=-2).reshape(p.n, g, 32)  # quad: 4q + e, 4q + 2 + e
+        c = (full[..., :16] | (full[..., 16:] << 4)).astype(np.uint8)
+    per = p.scale.shape[1] // g
+    scale = p.scale.reshape(np_, g * per, PANEL).transpose(0, 2, 1).reshape(p.n, g * per)
+    off = p.off.reshape(np_, g, PANEL).transpose(0, 2, 1).reshape(p.n, g) if p.off.size else p.off
+    return Packed(p.kind - 10, np.ascontiguousarray(c).reshape(p.codes.shape), np.ascontiguousarray(scale),
+                  np.ascontiguousarray(off), p.shift, p.n, p.k, p.source_type)

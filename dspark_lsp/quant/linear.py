@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from dspark_lsp.quant.blocks import Packed
+from dspark_lsp.quant.blocks import PANEL, Packed, interleave
 from dspark_lsp.quant.file_rows import FileRows
 
 # Up to this many rows a product runs as batch-invariant dot products (decode and verify forwards);
@@ -32,6 +32,27 @@ class _KernelOp:
 
 
 _QMM = _KernelOp()
+
+ENV_PANELS = "DSPARK_PANELS"  # 0: keep the row-major layout (A/B comparisons, debugging)
+
+
+def panels_enabled() -> bool:
+    """Whether new QuantLinears take the panel layout: the kernel has its products and it is not off."""
+    import os
+
+    if os.environ.get(ENV_PANELS, "1") == "0":
+        return False
+    try:
+        return bool(torch.ops.dspark_q.panels())
+    except (AttributeError, RuntimeError):  # the kernel is not loaded (or an older build): row-major
+        return False
+
+
+def kernel_layout(packed: Packed) -> Packed:
+    """``packed`` as the few-row products run it fastest: in panels of 8 rows where it can be."""
+    if packed.kind in (4, 8) and packed.n % PANEL == 0 and panels_enabled():
+        return interleave(packed)
+    return packed
 
 
 def _tensors(p: Packed) -> dict[str, torch.Tensor]:
@@ -60,7 +81,9 @@ class QuantLinear(_QuantWeights):
     """``y = x W^T + b`` with W held as quantized codes; fp32 in, fp32 out (any input dtype is cast)."""
 
     def __init__(self, packed: Packed, bias: torch.Tensor | None = None, small_m: int = SMALL_M) -> None:
+        packed = kernel_layout(packed)
         super().__init__(packed)
+        self.packed = packed  # the layout it runs (a tied embedding shares these arrays)
         self.in_features = packed.k
         self.out_features = packed.n
         self.small_m = small_m

@@ -55,6 +55,7 @@ struct Mat {
   int64_t scales_per_group;
   int32_t shift;
   int layout;  // 4 or 8 (the code layouts above)
+  bool panel;  // kinds 14 / 18: the same codes in panels of 8 weight rows (see "Panel layout" below)
 };
 
 // Scalar reference of one group (also the portable path).
@@ -404,6 +405,226 @@ at::Tensor group_sums(const float* xp, int64_t M, int64_t K) {
   return xs;
 }
 
+
+// ---------------------------------------------------------------------------------------------------
+// Panel layout (kinds 14 and 18; blocks.interleave builds it at load time for matrices whose row count is
+// a multiple of 8). The same codes and scales as kinds 4 / 8, stored so that one 256-bit register holds
+// the same two inputs of 8 weight rows: lane i = row i of the panel. A decode/verify product then sums
+// each weight row's group in its own lane (vpdpwssd with the x pair broadcast) and needs one
+// int -> fp32 conversion and one fma per group for 8 weight rows, where the row-at-a-time path above
+// spends them per group and per weight row, plus a horizontal sum per output. Codes are widened once per
+// panel and group and shared by up to 8 rows of x.
+//   kind 18: panel P, group g: 256 bytes; pair p (inputs 2p, 2p + 1) at byte 16p, row i's two codes at
+//            bytes 16p + 2i and 16p + 2i + 1.
+//   kind 14: panel P, group g: 128 bytes; quad q (inputs 4q .. 4q + 3) at byte 16q; byte 16q + 2i + e
+//            holds input 4q + e of row i (low nibble) and input 4q + 2 + e (high nibble).
+//   scales [P][G * U][8] (U = 1, or 2 for Q6_K's two scales per group), offsets [P][G][8].
+// Batch invariance holds as before: a row of x goes through the same integer sums (exact, so their
+// split over accumulators does not matter) and the same fp32 operations in the same order for any M.
+
+inline __m256i bcast_pair(const int16_t* xp) {
+  int32_t v;
+  std::memcpy(&v, xp, sizeof v);
+  return _mm256_set1_epi32(v);
+}
+
+inline __m256i dot_acc(__m256i acc, __m256i c, __m256i x) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_dpwssd_epi32(acc, c, x);
+#else
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(c, x));
+#endif
+}
+
+// R rows of x against panel P; C independent integer accumulators per row (few rows: enough chains in
+// flight to hide the multiply's latency).
+template <int L, bool OFF, bool TWO, int R, int C>
+inline void panel_dots(const Mat& m, int64_t P, const int16_t* xq, const float* xsu, int64_t GU8, int64_t K,
+                       const float* xs1, int64_t G8, float* out, int64_t N) {
+  constexpr int U = TWO ? 2 : 1;
+  constexpr int PP = 16 / U;  // pairs of inputs per unit
+  constexpr int64_t GB = L == 8 ? 256 : 128;  // bytes per panel and group
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  const char* base = L == 8 ? reinterpret_cast<const char*>(m.q8) : reinterpret_cast<const char*>(m.nib);
+  const __m256i low4 = _mm256_set1_epi16(0x0F);
+  const __m256i sh = _mm256_set1_epi16(static_cast<int16_t>(m.shift));
+  for (int64_t g = 0; g < m.G; ++g) {
+    const int64_t pg = P * m.G + g;
+    const char* cp = base + pg * GB;
+    _mm_prefetch(cp + DSPARK_PF, _MM_HINT_T0);
+    _mm_prefetch(cp + DSPARK_PF + 64, _MM_HINT_T0);
+    if (L == 8) {
+      _mm_prefetch(cp + DSPARK_PF + 128, _MM_HINT_T0);
+      _mm_prefetch(cp + DSPARK_PF + 192, _MM_HINT_T0);
+    }
+    for (int u = 0; u < U; ++u) {
+      __m256i s[R][C];
+      for (int r = 0; r < R; ++r)
+        for (int c = 0; c < C; ++c) s[r][c] = _mm256_setzero_si256();
+#pragma GCC unroll 16
+      for (int p = u * PP; p < (u + 1) * PP; p += (L == 8 ? 1 : 2)) {
+        if (L == 8) {
+          const __m256i c = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(cp + 16 * p)));
+          for (int r = 0; r < R; ++r)
+            s[r][p % C] = dot_acc(s[r][p % C], c, bcast_pair(xq + r * K + g * 32 + 2 * p));
+        } else {
+          const __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(cp + 8 * p)));
+          __m256i c0 = _mm256_and_si256(b, low4), c1 = _mm256_srli_epi16(b, 4);
+          if (m.shift != 0) {
+            c0 = _mm256_sub_epi16(c0, sh);
+            c1 = _mm256_sub_epi16(c1, sh);
+          }
+          // quad q = p / 2: low nibbles are inputs 4q, 4q + 1 (pair p), high ones 4q + 2, 4q + 3 (pair p + 1)
+          for (int r = 0; r < R; ++r) {
+            const int16_t* xp = xq + r * K + g * 32 + 2 * p;
+            s[r][p % C] = dot_acc(s[r][p % C], c0, bcast_pair(xp));
+            s[r][(p + 1) % C] = dot_acc(s[r][(p + 1) % C], c1, bcast_pair(xp + 2));
+          }
+        }
+      }
+      const __m256 ws = _mm256_loadu_ps(m.scale + (pg * U + u) * 8);
+      for (int r = 0; r < R; ++r) {
+        __m256i t = s[r][0];
+        for (int c = 1; c < C; ++c) t = _mm256_add_epi32(t, s[r][c]);
+        const __m256 sc = _mm256_mul_ps(ws, _mm256_broadcast_ss(xsu + r * GU8 + g * U + u));
+        acc[r] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(t), acc[r]);
+      }
+    }
+    if (OFF) {
+      const __m256 offs = _mm256_loadu_ps(m.off + pg * 8);
+      for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(offs, _mm256_broadcast_ss(xs1 + r * G8 + g), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) _mm256_storeu_ps(out + r * N + P * 8, acc[r]);
+}
+
+// Accumulator chains per row: ~8 multiply chains in flight in all.
+template <int R>
+constexpr int chains() { return R <= 2 ? 4 : R <= 6 ? 2 : 1; }
+
+template <int L, bool OFF, bool TWO, int R>
+inline void panel_pass(const Mat& m, int64_t P, const int16_t* xq, const float* xsu, int64_t GU8, int64_t K,
+                       const float* xs1, int64_t G8, float* out, int64_t N) {
+  panel_dots<L, OFF, TWO, R, chains<R>()>(m, P, xq, xsu, GU8, K, xs1, G8, out, N);
+}
+
+template <int L, bool OFF, bool TWO>
+void panel_product_t(const Mat& m, const int16_t* xq, const float* xsu, int64_t GU8, int64_t M, int64_t K,
+                     int64_t p0, int64_t p1, int64_t N, float* op, const float* xs1, int64_t G8) {
+  for (int64_t P = p0; P < p1; ++P)
+    for (int64_t r = 0; r < M; r += 8) {
+      const int16_t* xr = xq + r * K;
+      const float* sr = xsu + r * GU8;
+      const float* xs = OFF ? xs1 + r * G8 : nullptr;
+      float* orow = op + r * N;
+      switch (std::min<int64_t>(8, M - r)) {
+        case 8: panel_pass<L, OFF, TWO, 8>(m, P, xr, sr, GU8, K, xs, G8, orow, N); break;
+        case 7: panel_pass<L, OFF, TWO, 7>(m, P, xr, sr, GU8, K, xs, G8, orow, N); break;
+        case 6: panel_pass<L, OFF, TWO, 6>(m, P, xr, sr, GU8, K, xs, G8, orow, N); break;
+        case 5: panel_pass<L, OFF, TWO, 5>(m, P, xr, sr, GU8, K, xs, G8, orow, N); break;
+        case 4: panel_pass<L, OFF, TWO, 4>(m, P, xr, sr, GU8, K, xs, G8, orow, N); break;
+        case 3: panel_pass<L, OFF, TWO, 3>(m, P, xr, sr, GU8, K, xs, G8, orow, N); break;
+        case 2: panel_pass<L, OFF, TWO, 2>(m, P, xr, sr, GU8, K, xs, G8, orow, N); break;
+        default: panel_pass<L, OFF, TWO, 1>(m, P, xr, sr, GU8, K, xs, G8, orow, N); break;
+      }
+    }
+}
+
+void panel_product(const Mat& m, const int16_t* xq, const float* xsu, int64_t GU8, int64_t M, int64_t K,
+                   int64_t p0, int64_t p1, int64_t N, float* op, const float* xs1, int64_t G8) {
+  DSPARK_DISPATCH(panel_product_t, m, m, xq, xsu, GU8, M, K, p0, p1, N, op, xs1, G8);
+}
+
+// The 8 x 8 transpose of 16-bit values: r[j] = (a[0][j], ..., a[7][j]).
+inline void transpose8x16(__m128i* a) {
+  __m128i t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm_unpacklo_epi16(a[2 * i], a[2 * i + 1]);
+    t[2 * i + 1] = _mm_unpackhi_epi16(a[2 * i], a[2 * i + 1]);
+  }
+  u[0] = _mm_unpacklo_epi32(t[0], t[2]);
+  u[1] = _mm_unpackhi_epi32(t[0], t[2]);
+  u[2] = _mm_unpacklo_epi32(t[1], t[3]);
+  u[3] = _mm_unpackhi_epi32(t[1], t[3]);
+  u[4] = _mm_unpacklo_epi32(t[4], t[6]);
+  u[5] = _mm_unpackhi_epi32(t[4], t[6]);
+  u[6] = _mm_unpacklo_epi32(t[5], t[7]);
+  u[7] = _mm_unpackhi_epi32(t[5], t[7]);
+  for (int i = 0; i < 4; ++i) {
+    a[2 * i] = _mm_unpacklo_epi64(u[i], u[i + 4]);
+    a[2 * i + 1] = _mm_unpackhi_epi64(u[i], u[i + 4]);
+  }
+}
+
+// The fp32 values of panel P's 8 rows (row i at w + i * ldw), exactly expand_group's values: the codes
+// are transposed back to row order, then scaled as in expand_group_v.
+template <int L, bool OFF, bool TWO>
+void expand_panel_t(const Mat& m, int64_t P, float* w, int64_t ldw) {
+  constexpr int U = TWO ? 2 : 1;
+  const __m256i sh = _mm256_set1_epi16(static_cast<int16_t>(m.shift));
+  for (int64_t g = 0; g < m.G; ++g) {
+    const int64_t pg = P * m.G + g;
+    __m128i lo[8], hi[8];  // per row: inputs 0-15 and 16-31 as bytes
+    if (L == 8) {
+      const __m128i* cp = reinterpret_cast<const __m128i*>(m.q8 + pg * 256);
+      for (int p = 0; p < 8; ++p) {
+        lo[p] = _mm_loadu_si128(cp + p);
+        hi[p] = _mm_loadu_si128(cp + 8 + p);
+      }
+      transpose8x16(lo);
+      transpose8x16(hi);
+    } else {
+      __m128i q[8];
+      const __m128i* cp = reinterpret_cast<const __m128i*>(m.nib + pg * 128);
+      for (int i = 0; i < 8; ++i) q[i] = _mm_loadu_si128(cp + i);
+      transpose8x16(q);  // row i: per quad, byte 0 = (4q | 4q+2 << 4), byte 1 = (4q+1 | 4q+3 << 4)
+      const __m128i m4 = _mm_set1_epi8(0x0F);
+      for (int i = 0; i < 8; ++i) {
+        const __m128i a = _mm_and_si128(q[i], m4), b = _mm_and_si128(_mm_srli_epi16(q[i], 4), m4);
+        lo[i] = _mm_unpacklo_epi16(a, b);  // inputs 0-15 in order
+        hi[i] = _mm_unpackhi_epi16(a, b);  // inputs 16-31
+      }
+    }
+    for (int i = 0; i < 8; ++i) {
+      __m256i c0 = L == 8 ? _mm256_cvtepi8_epi16(lo[i]) : _mm256_cvtepu8_epi16(lo[i]);
+      __m256i c1 = L == 8 ? _mm256_cvtepi8_epi16(hi[i]) : _mm256_cvtepu8_epi16(hi[i]);
+      if (L == 4 && m.shift != 0) {
+        c0 = _mm256_sub_epi16(c0, sh);
+        c1 = _mm256_sub_epi16(c1, sh);
+      }
+      const __m256 s0 = _mm256_set1_ps(m.scale[(pg * U) * 8 + i]);
+      const __m256 s1 = _mm256_set1_ps(m.scale[(pg * U + U - 1) * 8 + i]);
+      __m256 w0 = _mm256_mul_ps(s0, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(c0))));
+      __m256 w1 = _mm256_mul_ps(s0, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(c0, 1))));
+      __m256 w2 = _mm256_mul_ps(s1, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(c1))));
+      __m256 w3 = _mm256_mul_ps(s1, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(c1, 1))));
+      if (OFF) {
+        const __m256 o = _mm256_set1_ps(m.off[pg * 8 + i]);
+        w0 = _mm256_add_ps(w0, o);
+        w1 = _mm256_add_ps(w1, o);
+        w2 = _mm256_add_ps(w2, o);
+        w3 = _mm256_add_ps(w3, o);
+      }
+      float* d = w + i * ldw + g * 32;
+      _mm256_storeu_ps(d, w0);
+      _mm256_storeu_ps(d + 8, w1);
+      _mm256_storeu_ps(d + 16, w2);
+      _mm256_storeu_ps(d + 24, w3);
+    }
+  }
+}
+
+inline void expand_panel(const Mat& m, int64_t P, float* w, int64_t ldw) {
+  DSPARK_DISPATCH(expand_panel_t, m, m, P, w, ldw);
+}
+
+// One row of a panel matrix (embedding lookups of a tied table): its panel expanded into a scratch.
+inline void expand_panel_row(const Mat& m, int64_t row, float* w) {
+  std::vector<float> tmp(static_cast<size_t>(8 * m.G * 32));
+  expand_panel(m, row / 8, tmp.data(), m.G * 32);
+  std::memcpy(w, tmp.data() + (row % 8) * m.G * 32, sizeof(float) * m.G * 32);
+}
 inline void expand_row(const Mat& m, int64_t row, float* w) { DSPARK_DISPATCH(expand_row_t, m, m, row, w); }
 #else
 inline void expand_row(const Mat& m, int64_t row, float* w) {
@@ -433,7 +654,12 @@ void small_product(const Mat& m, const float* xp, int64_t M, int64_t K, int64_t 
 Mat make_mat(int64_t kind, const at::Tensor& codes, const at::Tensor& scale, const at::Tensor& off, int64_t K,
              int64_t shift) {
   TORCH_CHECK(K % 32 == 0, "K must be a multiple of 32, got ", K);
-  TORCH_CHECK(kind == 4 || kind == 8, "unknown code layout ", kind);
+  TORCH_CHECK(kind == 4 || kind == 8 || kind == 14 || kind == 18, "unknown code layout ", kind);
+#ifndef DSPARK_AVX2
+  TORCH_CHECK(kind < 10, "the panel layout needs AVX2 (kind ", kind, ")");
+#endif
+  const bool panel = kind >= 10;
+  kind %= 10;
   TORCH_CHECK(scale.dim() == 2 && scale.scalar_type() == at::kFloat && scale.is_contiguous(), "bad scales");
   TORCH_CHECK(codes.is_contiguous(), "codes must be contiguous");
   Mat m{};
@@ -448,6 +674,8 @@ Mat make_mat(int64_t kind, const at::Tensor& codes, const at::Tensor& scale, con
   TORCH_CHECK(off.numel() == 0 || m.scales_per_group == 1, "offsets need one scale per group");
   m.shift = static_cast<int32_t>(shift);
   m.layout = static_cast<int>(kind);
+  m.panel = panel;
+  TORCH_CHECK(!panel || N % 8 == 0, "the panel layout needs a multiple of 8 rows, got ", N);
   if (kind == 4) {
     TORCH_CHECK(codes.numel() == N * K / 2 && codes.scalar_type() == at::kByte, "bad 4-bit codes");
     m.nib = codes.data_ptr<uint8_t>();
@@ -492,6 +720,15 @@ namespace dspark {
 void set_prefill_bf16(bool on) { g_prefill_bf16.store(on); }
 bool prefill_bf16() { return g_prefill_bf16.load(); }
 
+// Whether this build has the panel layout's products (kinds 14 / 18): x86 with AVX2 and FMA.
+bool panels() {
+#ifdef DSPARK_AVX2
+  return true;
+#else
+  return false;
+#endif
+}
+
 // out[M, N] = x[M, K] @ W^T
 at::Tensor qmm(const at::Tensor& x_in, int64_t kind, const at::Tensor& codes, const at::Tensor& scale,
                const at::Tensor& off, int64_t shift, int64_t small_m) {
@@ -513,9 +750,15 @@ at::Tensor qmm(const at::Tensor& x_in, int64_t kind, const at::Tensor& codes, co
     quantize_rows(xp, M, K, xq.data_ptr<int16_t>(), xsu.data_ptr<float>(), GU8, U);
     const int16_t* xqp = xq.data_ptr<int16_t>();
     const float* xsup = xsu.data_ptr<float>();
-    at::parallel_for(0, N, 16, [&](int64_t n0, int64_t n1) {
-      small_product(m, xqp, xsup, GU8, M, K, n0, n1, N, op, xsp, G8);
-    });
+    if (m.panel) {
+      at::parallel_for(0, N / 8, 2, [&](int64_t p0, int64_t p1) {
+        panel_product(m, xqp, xsup, GU8, M, K, p0, p1, N, op, xsp, G8);
+      });
+    } else {
+      at::parallel_for(0, N, 16, [&](int64_t n0, int64_t n1) {
+        small_product(m, xqp, xsup, GU8, M, K, n0, n1, N, op, xsp, G8);
+      });
+    }
 #else
     at::parallel_for(0, N, 16, [&](int64_t n0, int64_t n1) { small_product(m, xp, M, K, n0, n1, N, op, nullptr); });
 #endif
@@ -526,7 +769,7 @@ at::Tensor qmm(const at::Tensor& x_in, int64_t kind, const at::Tensor& codes, co
   // a 256-token prefill of the 0.5B on 2 cores, alternated in one process on a loaded host, took
   // 3.1 s (fastest of 6) with whole matrices against 5.2 s in the old 2 MB tiles. Tiles are capped at
   // 64 MB (a whole vocabulary head would be 545 MB).
-  const int64_t tile = std::max<int64_t>(64, (int64_t(64) << 20) / (K * 4));
+  const int64_t tile = std::max<int64_t>(64, (int64_t(64) << 20) / (K * 4)) / 8 * 8;  // whole panels
   const int64_t rows = std::min(tile, N);
   at::Tensor wt = at::from_blob(prefill_tile(rows * K), {rows, K}, at::TensorOptions().dtype(at::kFloat));
   float* wp = wt.data_ptr<float>();
@@ -543,6 +786,13 @@ at::Tensor qmm(const at::Tensor& x_in, int64_t kind, const at::Tensor& codes, co
   }
   for (int64_t n0 = 0; n0 < N; n0 += tile) {
     const int64_t t = std::min(tile, N - n0);
+#ifdef DSPARK_AVX2
+    if (m.panel) {
+      at::parallel_for(0, t / 8, 1, [&](int64_t a, int64_t b) {
+        for (int64_t i = a; i < b; ++i) expand_panel(m, n0 / 8 + i, wp + i * 8 * K, K);
+      });
+    } else
+#endif
     at::parallel_for(0, t, 8, [&](int64_t a, int64_t b) {
       for (int64_t i = a; i < b; ++i) expand_row(m, n0 + i, wp + i * K);
     });
@@ -574,6 +824,12 @@ at::Tensor qrows(const at::Tensor& ids_in, int64_t kind, const at::Tensor& codes
   at::Tensor out = at::empty({R, K}, scale.options());
   float* op = out.data_ptr<float>();
   at::parallel_for(0, R, 16, [&](int64_t a, int64_t b) {
+#ifdef DSPARK_AVX2
+    if (m.panel) {
+      for (int64_t i = a; i < b; ++i) expand_panel_row(m, ip[i], op + i * K);
+      return;
+    }
+#endif
     for (int64_t i = a; i < b; ++i) expand_row(m, ip[i], op + i * K);
   });
   return out;
@@ -588,5 +844,6 @@ TORCH_LIBRARY(dspark_q, lib) {
           &dspark::qrows);
   lib.def("set_prefill_bf16(bool on) -> ()", &dspark::set_prefill_bf16);
   lib.def("prefill_bf16() -> bool", &dspark::prefill_bf16);
+  lib.def("panels() -> bool", &dspark::panels);
   dspark::register_decoder_layer(lib);
 }
