@@ -26,6 +26,7 @@ class LoopMethod:
     # parallel lookup for the n-gram source).
     draft_mode: DraftMode | Literal["plain"] | None = None
     alternates: int | None = None  # runner-up tokens verified beside the chain; None: the service's
+    k_max: int | None = None  # the scheduler's longest draft; None: the service's
     relaxed: bool = False  # lossy relaxed acceptance
     # The n-gram lookup also searches the document outside the prompt window, as the server's does.
     lookup_outside_window: bool = True
@@ -74,6 +75,8 @@ PRESETS: tuple[Method, ...] = (
     LoopMethod("dspark"),
     # Ablations: the same draft with one part of DSpark switched off.
     LoopMethod("dspark_chain", alternates=0, ablation=True),
+    LoopMethod("dspark_k8", k_max=8, ablation=True),
+    LoopMethod("dspark_alt6", alternates=6, ablation=True),
     LoopMethod("dspark_window_only", lookup_outside_window=False, ablation=True),
     LoopMethod("dspark_relaxed", relaxed=True),
     LoopMethod("draft_ar_only", draft_mode="ar", needs_model_draft=True, ablation=True),

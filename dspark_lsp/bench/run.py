@@ -17,6 +17,7 @@ to fp32: the reference every method's fidelity to the file's exact arithmetic is
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import sys
@@ -440,6 +441,8 @@ def _decode_config(bench: Bench, preset: LoopMethod) -> DecodeConfig:
         cfg.draft_mode = preset.draft_mode
     if preset.alternates is not None:
         cfg.alternates = preset.alternates
+    if preset.k_max is not None and preset.k_policy == "scheduled":
+        cfg.scheduler = dataclasses.replace(cfg.scheduler, k_max=preset.k_max)
     cfg.relaxed = cfg.relaxed or preset.relaxed
     return cfg
 
