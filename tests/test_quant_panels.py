@@ -133,3 +133,17 @@ def test_embedding_rows_from_panels_are_the_packed_values(qtype: T) -> None:
     ids = torch.tensor([[0, 39, 7, 7], [13, 2, 39, 8]])
     assert torch.equal(emb(ids), values[ids])
     assert torch.equal(emb(torch.arange(40)), values)
+
+
+@pytest.mark.parametrize("qtype", [T.Q4_K, T.Q5_0, T.Q6_K, T.Q4_1], ids=lambda t: t.name)
+def test_fusing_panel_matrices_stacks_their_panels(qtype: T) -> None:
+    """q/k/v and gate/up fuse after the load put each in panels: stacking panel matrices by rows is the
+    panel layout of the stacked matrix (each part's panels are whole, contiguous blocks)."""
+    parts = [_packed(qtype, n, seed=100 + n) for n in (16, 8, 24)]
+    fused = blocks.concat_rows([blocks.interleave(p) for p in parts])
+    assert fused is not None and fused.kind == parts[0].kind + 10
+    want = blocks.interleave(blocks.concat_rows(parts))  # type: ignore[arg-type]
+    for a, b in ((fused.codes, want.codes), (fused.scale, want.scale), (fused.off, want.off)):
+        assert np.array_equal(a.reshape(-1), b.reshape(-1))
+    # a panel part and a row-major one do not fuse (their layouts differ): each keeps its own call
+    assert blocks.concat_rows([blocks.interleave(parts[0]), parts[1]]) is None

@@ -16,10 +16,11 @@ COST_CPU_BF16: dict[int, float] = {1: 120.0, 2: 125.0, 4: 141.0, 6: 167.0, 8: 18
 # Measured on our CI CPU with the linear layers pre-packed (models.packing): flat up to 8 tokens.
 COST_CPU_FP32_PACKED: dict[int, float] = {1: 113.0, 2: 116.0, 4: 112.0, 8: 116.0, 16: 150.0}
 COST_GPU: dict[int, float] = {1: 1.0, 4: 1.02, 8: 1.05}
-# The quantized GGUF target (dspark_lsp.quant, int16 activations, one C++ op per layer) on a 2-core AVX2
-# CPU, context 256 (bench forward_cost_ms, bench/results/2026-12-01-s8; 3 interpolated): the weights
-# stream once per forward, but each row costs its integer multiply-adds and attention, so it rises with n.
-COST_CPU_GGUF: dict[int, float] = {1: 28.1, 2: 29.6, 3: 33.6, 4: 37.7, 6: 57.8, 8: 71.3}
+# The quantized GGUF target (dspark_lsp.quant, int16 activations, panels of 8 weight rows, one C++ op per
+# layer) on the 2-core Zen 4 host, context 256 (the bench's load-time calibration,
+# bench/results/2026-12-02-s14/bench4-full.log): the weights stream once per forward and each row adds
+# its integer multiply-adds, now about a quarter of a one-token forward per row.
+COST_CPU_GGUF: dict[int, float] = {1: 20.4, 2: 21.7, 3: 21.7, 4: 28.1, 5: 28.3, 6: 30.2, 8: 35.0}
 # Forward lengths the load-time calibration times: every draft length the scheduler may ask for (k <= 5
 # by default, so up to 6 tokens) and 8, so the padding plan can see which shapes are cheap.
 CALIBRATION_SIZES: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8)

@@ -28,7 +28,13 @@ from dspark_lsp.models.rowwise_attention import use_rowwise_attention
 from dspark_lsp.quant import blocks
 from dspark_lsp.quant.file_rows import FileRows
 from dspark_lsp.quant.gguf_file import GGUFError, GGUFFile, TensorInfo, open_gguf
-from dspark_lsp.quant.linear import FusedProjections, ProjectionPart, QuantEmbedding, QuantLinear
+from dspark_lsp.quant.linear import (
+    FusedProjections,
+    ProjectionPart,
+    QuantEmbedding,
+    QuantLinear,
+    kernel_layout,
+)
 
 # GGUF tensor name -> transformers module path, for the architectures whose tensors map one to one
 # (llama-style GGUFs permute q/k rows for rope and would need that undone: not supported here).
@@ -172,7 +178,9 @@ def build_quantized_model(
             report.weight_bytes += packed.nbytes
             report.quantized[tname] = report.quantized.get(tname, 0) + 1
             if isinstance(target, nn.Linear):
-                quant[path] = (packed, bias)
+                # The products' layout now, so the row-major arrays go at once (not all at the end:
+                # the load's peak memory would hold every weight twice).
+                quant[path] = (kernel_layout(packed), bias)
             else:
                 embedding = packed
                 _set(model, path, QuantEmbedding(packed))
