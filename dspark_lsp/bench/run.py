@@ -442,7 +442,7 @@ def _decode_config(bench: Bench, preset: LoopMethod) -> DecodeConfig:
     if preset.alternates is not None:
         cfg.alternates = preset.alternates
     if preset.k_max is not None and preset.k_policy == "scheduled":
-        cfg.scheduler = dataclasses.replace(cfg.scheduler, k_max=preset.k_max)
+        cfg.scheduler = dataclasses.replace(cfg.scheduler or SchedulerConfig(), k_max=preset.k_max)
     cfg.relaxed = cfg.relaxed or preset.relaxed
     return cfg
 
