@@ -270,6 +270,14 @@ CONTINUATIONS: list[tuple[str, str, str, str]] = [
         "len(s)):\n        if s[i] == sub:\n            times += 1",
         "len(s)):",
     ),
+    # After a docstring's closing quotes alone on their line: code, not the start of a string (span /13
+    # came out empty: lexed from the line's start, the closer read as an opener).
+    (
+        'def f(a, b):\n    """ The gcd.\n    >>> f(3, 5)\n    """<|>\n    return a\n',
+        "\n    while b:\n        a, b = b, a % b\n    return a\n\n",
+        "\n    while b:\n        a, b = b, a % b",
+        "",
+    ),
     # Any other first line ends it as before.
     ("def f(a):\n    x = compute(<|>\n", "a)\n    y = 2\n", "a)", "a)"),
     # Text after the cursor, or a comment: the line is all there is.

@@ -95,6 +95,13 @@ class SyntaxDocument:
                 node_text = (ctx.node.text or b"").decode("utf-8", "replace")
                 return state_for_text_node(node_text, ctx.node.type, self._lexicon)
         line_start = text.rfind("\n", 0, offset) + 1
+        if self.tree is not None and self._questions is not None:
+            # A string that ends at the cursor but began on an earlier line (a docstring's closing quotes):
+            # lexed from the line's start its closer reads as an opener (eval, HumanEval span /13: after
+            # ``    """`` the completion stayed on the cursor's line and came out empty). Lex all of it.
+            node = self._questions.text_ending_at(self.tree.root_node, byte_offset(text, offset))
+            if node is not None and node.start_point[0] < node.end_point[0]:
+                return self._lexicon.run(CODE, (node.text or b"").decode("utf-8", "replace"))
         return self._lexicon.run(CODE, text[line_start:offset])
 
     def cursor_facts(self, offset: int, scope: Scope) -> CursorFacts:

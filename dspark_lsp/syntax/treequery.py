@@ -44,6 +44,12 @@ class TreeQuestions:
             return NodeContext("code")
         return NodeContext(best[1], best[2])
 
+    def text_ending_at(self, root: Node, pos: int) -> Node | None:
+        """The comment/string (@scope.text) that ends exactly at byte ``pos``, if any (``context`` does not
+        count a position at a node's end as inside it)."""
+        ends = [n for n in self._captures(root, pos - 1, pos).get(TEXT, ()) if n.start_byte < pos == n.end_byte]
+        return max(ends, key=lambda n: n.end_byte - n.start_byte, default=None)
+
     def is_key_after(self, root: Node, end: int) -> bool:
         """Does a @key.after token end exactly at byte ``end``?"""
         return any(n.end_byte == end for n in self._captures(root, end - 1, end).get(KEY_AFTER, ()))
