@@ -199,6 +199,23 @@ CASES: list[tuple[str, str, str, str | None]] = [
         "        y = 1\n        return y\n",
         None,  # no cut: all of it is kept
     ),
+    # A line of a block the completion opened at the suffix's depth is the block's own, even when it
+    # equals the suffix's first line (HumanEval/109 L8_L10 came out empty: ``return True`` read as the
+    # suffix re-typed, and the header went with it).
+    (
+        "python",
+        "def f(arr, s):\n    m = arr[1:]\n<|>\n    return True\n",
+        "    if m == s:\n      return True\n    else:\n      return False\n```\n",
+        "    if m == s:\n      return True\n    else:\n      return False",
+    ),
+    # ... but a completion that starts shallower than the suffix and re-types it deeper wraps it
+    # (``class Solution:`` / ``def ...`` around the function's own body, /68 L0): still a re-type.
+    (
+        "python",
+        'def f(arr):\n    """Doc."""\n<|>\n    evens = [x for x in arr]\n    return evens\n',
+        "class S:\n    def g(self, arr):\n        if not arr: return []\n        evens = [x for x in arr]\n",
+        "class S:\n    def g(self, arr):\n        if not arr: return []",
+    ),
     # Not when the suffix is at the completion's own depth: a new block is being written.
     (
         "python",

@@ -10,7 +10,8 @@ Rules, in the order they can fire while text streams in:
   - indent languages: a line indented less than the completion's first line (or not more than the
     block opener's line) - a dedent out of the block.
   - any language: a blank line followed by a line at column 0 (a new top-level construct, Tabby's rule);
-    a line equal to the suffix's first non-blank line (the model is re-typing the code after the cursor);
+    a line equal to the suffix's first non-blank line (the model is re-typing the code after the cursor),
+    unless it lies in a block the completion opened at the suffix's depth or below;
     a line equal to one of the last lines before the cursor, or seen ``max_repeats`` times already (loops).
 Cuts made "before a line" also drop the blank lines before it, so a completion never ends in blank lines.
 """
@@ -368,7 +369,12 @@ class StopRules:
         ):
             self._stop = self._cut_before_line()  # a blank line, then a new top-level construct
             return
-        if facts.suffix_line and stripped == facts.suffix_line and not _bracket_only(stripped):
+        if (
+            facts.suffix_line
+            and stripped == facts.suffix_line
+            and not _bracket_only(stripped)
+            and not self._own_block_line(line)
+        ):
             self._stop = self._cut_before_line()  # re-typing the code after the cursor
             self._evidence = True
             return
@@ -412,6 +418,17 @@ class StopRules:
                 # d:``, is a second block: HumanEval/111 L4), and not when the suffix goes on with such
                 # a clause itself: then its first lines were the header's body (/9 L4).
                 self._evidence = self._provisional is None or self._clause_opens_suffix(line)
+
+    def _own_block_line(self, line: str) -> bool:
+        """Is ``line`` inside a block the completion opened at (or below) the depth of the code after the
+        cursor? Then a line equal to that code's first line is the block's own (``if a == b:`` / ``return
+        True`` / ``else:`` / ``return False`` over the suffix's ``return True``; eval, HumanEval/109 L8_L10
+        came out empty), not the suffix re-typed. A completion that starts shallower than that code and
+        re-types it deeper is wrapping it (``class Solution:`` / ``def ...``: /68 L0): a re-type."""
+        facts = self.facts
+        if facts.braces or facts.suffix_indent is None or self._top_indent is None:
+            return False
+        return self._top_indent >= facts.suffix_indent and indent_width(self._full_line(line)) > self._top_indent
 
     def _makes_suffix_dead(self, line: str) -> bool:
         """A jump at the suffix's depth, the suffix going on with a statement there (no_dead_suffix)."""
