@@ -12,3 +12,11 @@ import os
 # so a cache of 8 still hits within a prefill (the capped replay completed no slower). Set before torch
 # (and so oneDNN) is first used; a value the user set is kept.
 os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "8")
+
+# A second per-shape cache sits in front of it: ideep (torch's oneDNN wrapper) keeps each matmul it has
+# built for a shape in its own LRU, LRU_CACHE_CAPACITY entries (default 1,024), whatever oneDNN's cap
+# says. Still one per prompt length: with the oneDNN cap alone the 60-minute soak of the thirteenth
+# session grew 1,199 -> 1,404 MB after warm-up (41.5 MB / 10 min); a bf16 [M, 896] x [896, 4864] product
+# with 200 row counts between 33 and 320 kept +39 MB of live malloc memory with the default, +37 MB
+# with the oneDNN cache at 0, +5 MB (all in the first 50) with this at 8 (bench/results/2026-12-02-s14-rss/).
+os.environ.setdefault("LRU_CACHE_CAPACITY", "8")
