@@ -558,9 +558,10 @@ inline void transpose8x16(__m128i* a) {
 }
 
 // The fp32 values of panel P's 8 rows (row i at w + i * ldw), exactly expand_group's values: the codes
-// are transposed back to row order, then scaled as in expand_group_v.
+// are transposed back to row order, then scaled as in expand_group_v. With only >= 0, just that row of
+// the panel, written at w (a lookup of one table row).
 template <int L, bool OFF, bool TWO>
-void expand_panel_t(const Mat& m, int64_t P, float* w, int64_t ldw) {
+void expand_panel_t(const Mat& m, int64_t P, float* w, int64_t ldw, int only) {
   constexpr int U = TWO ? 2 : 1;
   const __m256i sh = _mm256_set1_epi16(static_cast<int16_t>(m.shift));
   for (int64_t g = 0; g < m.G; ++g) {
@@ -586,7 +587,7 @@ void expand_panel_t(const Mat& m, int64_t P, float* w, int64_t ldw) {
         hi[i] = _mm_unpackhi_epi16(a, b);  // inputs 16-31
       }
     }
-    for (int i = 0; i < 8; ++i) {
+    for (int i = only < 0 ? 0 : only; i < (only < 0 ? 8 : only + 1); ++i) {
       __m256i c0 = L == 8 ? _mm256_cvtepi8_epi16(lo[i]) : _mm256_cvtepu8_epi16(lo[i]);
       __m256i c1 = L == 8 ? _mm256_cvtepi8_epi16(hi[i]) : _mm256_cvtepu8_epi16(hi[i]);
       if (L == 4 && m.shift != 0) {
@@ -606,7 +607,7 @@ void expand_panel_t(const Mat& m, int64_t P, float* w, int64_t ldw) {
         w2 = _mm256_add_ps(w2, o);
         w3 = _mm256_add_ps(w3, o);
       }
-      float* d = w + i * ldw + g * 32;
+      float* d = (only < 0 ? w + i * ldw : w) + g * 32;
       _mm256_storeu_ps(d, w0);
       _mm256_storeu_ps(d + 8, w1);
       _mm256_storeu_ps(d + 16, w2);
@@ -615,15 +616,8 @@ void expand_panel_t(const Mat& m, int64_t P, float* w, int64_t ldw) {
   }
 }
 
-inline void expand_panel(const Mat& m, int64_t P, float* w, int64_t ldw) {
-  DSPARK_DISPATCH(expand_panel_t, m, m, P, w, ldw);
-}
-
-// One row of a panel matrix (embedding lookups of a tied table): its panel expanded into a scratch.
-inline void expand_panel_row(const Mat& m, int64_t row, float* w) {
-  std::vector<float> tmp(static_cast<size_t>(8 * m.G * 32));
-  expand_panel(m, row / 8, tmp.data(), m.G * 32);
-  std::memcpy(w, tmp.data() + (row % 8) * m.G * 32, sizeof(float) * m.G * 32);
+inline void expand_panel(const Mat& m, int64_t P, float* w, int64_t ldw, int only = -1) {
+  DSPARK_DISPATCH(expand_panel_t, m, m, P, w, ldw, only);
 }
 inline void expand_row(const Mat& m, int64_t row, float* w) { DSPARK_DISPATCH(expand_row_t, m, m, row, w); }
 #else
@@ -826,7 +820,7 @@ at::Tensor qrows(const at::Tensor& ids_in, int64_t kind, const at::Tensor& codes
   at::parallel_for(0, R, 16, [&](int64_t a, int64_t b) {
 #ifdef DSPARK_AVX2
     if (m.panel) {
-      for (int64_t i = a; i < b; ++i) expand_panel_row(m, ip[i], op + i * K);
+      for (int64_t i = a; i < b; ++i) expand_panel(m, ip[i] / 8, op + i * K, K, static_cast<int>(ip[i] % 8));
       return;
     }
 #endif
