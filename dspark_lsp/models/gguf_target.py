@@ -190,10 +190,10 @@ def build_quantized_model(
 
     if "output.weight" not in tensors:  # a tied head reads the embedding table
         if embedding is not None:  # the same arrays (QuantLinear's tensors share the numpy memory)
-            head = QuantLinear(embedding)
-            model.lm_head = head
-            if head.packed is not embedding:  # the head took the panel layout: the lookups read it too
-                _set(model, "model.embed_tokens", QuantEmbedding(head.packed))
+            table = kernel_layout(embedding)
+            model.lm_head = QuantLinear(table)
+            if table is not embedding:  # the head's panel layout: the lookups read those arrays too
+                _set(model, "model.embed_tokens", QuantEmbedding(table))
         else:
             lin = nn.Linear(config.hidden_size, config.vocab_size, bias=False, device="cpu")
             lin.weight = model.get_submodule("model.embed_tokens").weight  # type: ignore[assignment]

@@ -5,6 +5,7 @@ Both compute with the GGUF file's exact fp32 weight values (see ``blocks``); nei
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -38,8 +39,6 @@ ENV_PANELS = "DSPARK_PANELS"  # 0: keep the row-major layout (A/B comparisons, d
 
 def panels_enabled() -> bool:
     """Whether new QuantLinears take the panel layout: the kernel has its products and it is not off."""
-    import os
-
     if os.environ.get(ENV_PANELS, "1") == "0":
         return False
     try:
@@ -83,7 +82,6 @@ class QuantLinear(_QuantWeights):
     def __init__(self, packed: Packed, bias: torch.Tensor | None = None, small_m: int = SMALL_M) -> None:
         packed = kernel_layout(packed)
         super().__init__(packed)
-        self.packed = packed  # the layout it runs (a tied embedding shares these arrays)
         self.in_features = packed.k
         self.out_features = packed.n
         self.small_m = small_m
