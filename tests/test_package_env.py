@@ -12,8 +12,9 @@ import pytest
 VAR = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
 
 
-def _seen(env: dict[str, str]) -> str:
-    code = f"import os, dspark_lsp; print(os.environ.get({VAR!r}, ''))"
+def _seen(env: dict[str, str], var: str = VAR) -> str:
+    """The value of ``var`` in a fresh interpreter after ``import dspark_lsp``."""
+    code = f"import os, dspark_lsp; print(os.environ.get({var!r}, ''))"
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.strip()
 
 
@@ -50,12 +51,8 @@ print(live() - before)
 
 def test_import_caps_ideeps_matmul_cache_unless_the_user_set_it() -> None:
     env = {k: v for k, v in os.environ.items() if k != LRU}
-    code = f"import os, dspark_lsp; print(os.environ.get({LRU!r}, ''))"
-    seen = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-    assert seen.strip() == "8"
-    seen = subprocess.run([sys.executable, "-c", code], env={**env, LRU: "64"}, capture_output=True, text=True,
-                          check=True).stdout
-    assert seen.strip() == "64"
+    assert _seen(env, LRU) == "8"
+    assert _seen({**env, LRU: "64"}, LRU) == "64"
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux") or not ctypes.util.find_library("c"), reason="glibc's mallinfo2")
