@@ -7,7 +7,16 @@ from typing import Any
 
 from dspark_lsp.evaluation.problems import Problem
 from dspark_lsp.evaluation.report import build_report, format_table
-from dspark_lsp.evaluation.runner import LLAMACPP, ORACLE, RAW, SERVICE, RunConfig, evaluate_problem
+from dspark_lsp.evaluation.runner import (
+    LLAMACPP,
+    ORACLE,
+    RAW,
+    SERVICE,
+    Attempt,
+    Record,
+    RunConfig,
+    evaluate_problem,
+)
 
 PROMPT = "def add(a, b):\n"
 SUFFIX = "\n\ndef twice(x):\n    return add(x, x)\n"
@@ -111,3 +120,41 @@ def test_report_aggregates_per_group() -> None:
     assert [p["id"] for p in report["problems"]] == ["a", "b", "c"]
     table = format_table(report)
     assert "humaneval-single" in table and "corpus-python" in table and "llamacpp_infill skipped" in table
+
+
+def _attempt(text: str, passed: bool | None) -> Attempt:
+    return Attempt(
+        text=text, passed=passed, exact=False, similarity=0.0, completion_lines=1, reference_lines=1
+    )
+
+
+def test_empty_answers_are_counted_against_the_oracle_cut() -> None:
+    """Four kinds of empty answer: the oracle cut empty too, the oracle's cut failing (every answer fails),
+    the oracle's cut passing where the empty answer passes as well, and the one that loses a pass."""
+    cases = [
+        ("both-empty", ("", False), ("", False)),
+        ("oracle-fails", ("", False), ("    return b", False)),
+        ("both-pass", ("", True), ("    return a + b", True)),
+        ("lost", ("", False), ("    return a + b", True)),
+        ("not-empty", ("    return a", False), ("    return a + b", True)),
+    ]
+    recs = [
+        Record(problem(pid), "multi_line", "syntax", {SERVICE: _attempt(*mine), ORACLE: _attempt(*oracle)})
+        for pid, mine, oracle in cases
+    ]
+    report = build_report(recs, {"seed": 0}, {})
+    e = report["groups"]["humaneval-single"]["empty_answers"]
+    assert e == {
+        "service_empty": 4,
+        "oracle_empty": 1,
+        "empty_oracle_not": 3,
+        "empty_oracle_passes": 2,
+        "lost_pass": 1,
+    }
+    assert (
+        "4 empty answers (3 where the oracle cut is not empty, 2 where it passes, 1 losing a pass)"
+        in format_table(report)
+    )
+    # Without the oracle (--no-ceilings) there is nothing to compare with.
+    bare = build_report([Record(problem(), "multi_line", "syntax", {SERVICE: _attempt("", False)})], {}, {})
+    assert bare["groups"]["humaneval-single"]["empty_answers"] is None

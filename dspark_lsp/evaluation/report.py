@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from dspark_lsp.evaluation.metrics import mean, percentile
-from dspark_lsp.evaluation.runner import METHODS, Attempt, Record
+from dspark_lsp.evaluation.runner import METHODS, ORACLE, SERVICE, Attempt, Record
 
 
 def group_of(rec: Record) -> str:
@@ -41,6 +41,32 @@ def summarise(attempts: list[Attempt]) -> dict[str, Any]:
     }
 
 
+def empty_answers(recs: list[Record]) -> dict[str, int] | None:
+    """What the service's empty answers cost, against the oracle cut of the same raw output.
+
+    The oracle cut is the best line cut for the tests, and when no cut passes it is the cut most like the
+    reference, which is seldom empty: so "empty where the oracle is not" mostly counts holes where every
+    answer fails and the model only re-typed the code after the cursor. ``lost_pass`` is the count that
+    matters to a user: holes where the service said nothing, failed, and a cut of the model's own output
+    would have passed.
+    """
+    pairs = [
+        (r.attempts[SERVICE], r.attempts[ORACLE])
+        for r in recs
+        if SERVICE in r.attempts and ORACLE in r.attempts
+    ]
+    if not pairs:
+        return None
+    mine = [(s, o) for s, o in pairs if s.empty]
+    return {
+        "service_empty": len(mine),
+        "oracle_empty": sum(o.empty for _, o in pairs),
+        "empty_oracle_not": sum(not o.empty for _, o in mine),
+        "empty_oracle_passes": sum(not o.empty and bool(o.passed) for _, o in mine),
+        "lost_pass": sum(bool(o.passed) and s.passed is False for s, o in mine),
+    }
+
+
 def build_report(records: list[Record], settings: dict[str, Any], skipped: dict[str, str]) -> dict[str, Any]:
     groups: dict[str, list[Record]] = {}
     for rec in records:
@@ -63,6 +89,7 @@ def build_report(records: list[Record], settings: dict[str, Any], skipped: dict[
             "reused": sum(r.reused for r in recs),
             "scopes": scopes,
             "service_not_within_raw": sum(not w for w in within),
+            "empty_answers": empty_answers(recs),
             "methods": methods,
         }
     out["problems"] = [record_json(r) for r in records]
@@ -126,6 +153,13 @@ def format_table(report: dict[str, Any]) -> str:
                 f"{_fmt(s['edit_similarity'], '.3f'):>6} {_fmt(s['empty'], '.3f'):>6} {_fmt(s['too_long'], '.3f'):>6} "
                 f"{_fmt(s['too_short'], '.3f'):>6} {_fmt(s['latency_p50_ms'], '.0f'):>8} "
                 f"{_fmt(s['latency_p95_ms'], '.0f'):>8}"
+            )
+    for name, g in report["groups"].items():
+        e = g.get("empty_answers")
+        if e and e["service_empty"]:
+            lines.append(
+                f"{name}: {e['service_empty']} empty answers ({e['empty_oracle_not']} where the oracle cut is not "
+                f"empty, {e['empty_oracle_passes']} where it passes, {e['lost_pass']} losing a pass)"
             )
     for m, why in report.get("skipped", {}).items():
         lines.append(f"({m} skipped: {why})")
