@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -24,6 +25,7 @@ from dspark_lsp.remote.eagle import (
     measure,
     measure_constants,
     second_step_mask,
+    tune_state,
 )
 
 D, V = 32, 50
@@ -45,7 +47,8 @@ def random_draft(seed: int = 0) -> FeatDraft:
     torch.manual_seed(seed)
     model = FeatDraft(CFG)
     with torch.no_grad():
-        for norm in (model.norm_e, model.norm_f, model.blocks[0].norm1, model.blocks[0].norm2):
+        block: Any = model.blocks[0]
+        for norm in (model.norm_e, model.norm_f, block.norm1, block.norm2):
             norm.weight.uniform_(0.5, 1.5)  # not ones: a weight folded in the wrong place shows
         for p in model.parameters():
             if p.dim() == 2:
@@ -62,7 +65,9 @@ def test_the_exported_layer_is_our_layer_where_the_export_is_exact() -> None:
     # Our draft with the two replaced norms made exactly what the export assumes.
     ours = copy.deepcopy(draft)
     ours.norm_f = ConstNorm(draft.norm_f.weight, consts.feature_scale)  # type: ignore[assignment]
-    ours.blocks[0].norm1 = ConstNorm(draft.blocks[0].norm1.weight, consts.attn_scale)  # type: ignore[assignment]
+    block: Any = draft.blocks[0]
+    ours_block: Any = ours.blocks[0]
+    ours_block.norm1 = ConstNorm(block.norm1.weight, consts.attn_scale)
     ids, feats, pos = torch.randint(0, V, (9,)), torch.randn(9, D), torch.arange(3, 12)
     with torch.inference_mode():
         want = ours(embed[ids][None], feats[None], pos[None])[0]
@@ -149,3 +154,36 @@ def test_export_refuses_a_token_draft(tmp_path: Path) -> None:
 
     (tmp_path / "d").mkdir()
     assert main(["export-eagle", str(tmp_path / "out"), "--draft", str(tmp_path / "d")]) == 2
+
+
+def test_tuning_in_the_eagle_math_fits_the_targets_tokens() -> None:
+    """`--tune-steps`: the exported tensors trained in vLLM's EAGLE-1 math move its first proposals towards
+    the target's greedy tokens (here those of another EAGLE layer, which the math can express exactly);
+    the embedding table stays the export's, the names and shapes stay what vLLM loads."""
+    draft = random_draft(3)
+    embed = torch.randn(V, D)
+    with torch.inference_mode():  # as the export makes them
+        state = eagle_state(draft, embed, Constants(0.5, 0.5, 0))
+    cfg = eagle_config(draft.cfg, {"vocab_size": V})
+    teacher = eagle_state(random_draft(4), embed, Constants(0.5, 0.5, 0))
+    head = torch.randn(V, D)
+    seqs = []
+    for _ in range(4):
+        ids, feats = torch.randint(0, V, (40,)), torch.randn(40, D)
+        with torch.inference_mode():
+            g = eagle_forward(teacher, cfg, ids[1:39], feats[:38], torch.arange(38))
+            greedy = torch.zeros(40, dtype=torch.long)
+            greedy[1:39] = (g @ head.T).argmax(-1)
+            seqs.append((ids.clone(), feats.clone(), greedy))  # greedy: an inference tensor, as in the export
+
+    def first_right(s: dict[str, torch.Tensor]) -> float:
+        with torch.inference_mode():
+            hits = [((eagle_forward(s, cfg, i[1:39], f[:38], torch.arange(38)) @ head.T).argmax(-1) == gr[1:39])
+                    .float().mean() for i, f, gr in seqs]
+        return float(torch.stack(hits).mean())
+
+    tuned, losses = tune_state(state, cfg, head, seqs, steps=60, lr=3e-3, window=32)
+    assert set(tuned) == set(state) and all(tuned[k].shape == state[k].shape for k in state)
+    assert torch.equal(tuned["embed_tokens.weight"], state["embed_tokens.weight"].float())
+    assert sum(losses[-10:]) < 0.5 * sum(losses[:10])
+    assert first_right(tuned) > first_right(state) + 0.2

@@ -27,12 +27,19 @@ MLP, g predicted towards f_next (smooth-L1), logits = head(g) over a reduced voc
 `measure` runs both forwards (ours and the exported EAGLE math, written out here in torch from the
 checkpoint file itself) over held-out text and reports how often each one's first proposal equals the
 target's greedy next token, and how often they agree.
+
+`--tune-steps N` then trains the exported layer itself in that exact math (the nearest vLLM-compatible
+head, as issue 18 allows): every tensor but the embedding table, from the conversion as the start, on the
+target's features over training-corpus text (never bench/corpus, which the measurement and the bench
+prompts come from), with cross-entropy through the target's own lm_head over the full vocabulary for the
+first and the second drafted token (the second reads the layer's own g, as vLLM's chain does).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import random
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -287,6 +294,100 @@ def measure(draft: Any, vocab: Any, embed: Any, state: dict[str, Any], cfg: dict
     )
 
 
+# ----------------------------------------------------------------------------------------- tuning
+@dataclass
+class Tuning:
+    steps: int
+    lr: float
+    windows: int  # training windows of target features
+    tokens: int
+    loss_first: float  # mean of the first / last tenth of the steps (first + second token)
+    loss_last: float
+    seconds: float
+
+
+def tuning_texts(files: int, seed: int) -> list[str]:
+    """Source text from the training roots' training split (the drafts' own training data, never the
+    held-out files nor bench/corpus), ``files`` files drawn at random."""
+    from dspark_lsp.training.corpus import (
+        C_FAMILY_SUFFIXES,
+        collect,
+        default_roots,
+        extra_language_roots,
+        is_held_out,
+        read_text,
+    )
+
+    pool = collect(default_roots()) + collect(extra_language_roots(), C_FAMILY_SUFFIXES + (".ts",))
+    pool = [f for f in pool if not is_held_out(f.key, 5.0)]
+    random.Random(seed).shuffle(pool)
+    texts: list[str] = []
+    for f in pool:
+        if len(texts) >= files:
+            break
+        if (t := read_text(f.path)) and len(t) > 2000:
+            texts.append(t)
+    return texts
+
+
+def tune_state(
+    state: dict[str, Any], cfg: dict[str, Any], lm_head: Any, seqs: list[tuple[Any, Any, Any]], *, steps: int,
+    lr: float = 5e-5, window: int = 128, seed: int = 0, progress: Any = None,
+) -> tuple[dict[str, Any], list[float]]:
+    """Train the exported tensors (all but ``embed_tokens``) in ``eagle_forward``'s math: per step one
+    ``window`` of positions of one sequence, cross-entropy of ``g @ lm_head.T`` against the target's
+    greedy next token for the first drafted token and for the second (which reads the first step's g at
+    the next position, given the true first token). Returns the new state and the loss per step."""
+    import torch
+    import torch.nn.functional as F
+
+    say = progress or (lambda message: None)
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    # Clones: the export makes its tensors under inference_mode, which autograd may not save.
+    fixed = {"embed_tokens.weight": state["embed_tokens.weight"].float().clone()}
+    params = {k: v.detach().float().clone().requires_grad_(True) for k, v in state.items() if k not in fixed}
+    opt = torch.optim.AdamW(list(params.values()), lr=lr, weight_decay=0.0)
+    head = lm_head.float().clone()
+    usable = [(i.clone(), f.clone(), g.clone()) for i, f, g in seqs if i.shape[0] >= 8]
+    if not usable:
+        raise UserError("no tuning text long enough")
+    losses: list[float] = []
+    for step in range(steps):
+        ids, feats, greedy = usable[rng.randrange(len(usable))]
+        t = min(window, ids.shape[0] - 2)
+        start = rng.randint(0, ids.shape[0] - 2 - t)
+        inp, f = ids[start + 1 : start + t + 1], feats[start : start + t].float()
+        want1, want2 = greedy[start + 1 : start + t + 1], greedy[start + 2 : start + t + 2]
+        pos = torch.arange(start, start + t)
+        cur = {**fixed, **params}
+        g = eagle_forward(cur, cfg, inp, f, pos)
+        g2 = eagle_forward(cur, cfg, torch.cat([inp, want1]), torch.cat([f, g]), torch.cat([pos, pos + 1]),
+                           second_step_mask(t))[t:]
+        loss = F.cross_entropy(g @ head.T, want1) + F.cross_entropy(g2 @ head.T, want2)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0)
+        opt.step()
+        losses.append(float(loss.detach()))
+        say(f"tune {step + 1}/{steps} loss {losses[-1]:.3f}")
+    return {**fixed, **{k: v.detach() for k, v in params.items()}}, losses
+
+
+def target_sequences(tmodel: Any, windows: list[list[int]], say: Any, label: str) -> list[tuple[Any, Any, Any]]:
+    """(ids, the target's last hidden states, its greedy next tokens) per window."""
+    import torch
+
+    seqs: list[tuple[Any, Any, Any]] = []
+    with torch.inference_mode():
+        for i, w in enumerate(windows):
+            x = torch.tensor([w])
+            o = tmodel(input_ids=x, output_hidden_states=True, use_cache=False)
+            seqs.append((x[0], o.hidden_states[-1][0].float(), o.logits[0].argmax(-1)))
+            say(f"{label} {i + 1}/{len(windows)}")
+    return seqs
+
+
 # --------------------------------------------------------------------------------------- export
 def export_eagle(
     out: Path,
@@ -298,6 +399,9 @@ def export_eagle(
     corpus: Path | None = None,
     dtype: str = "auto",
     progress: Any = None,
+    tune_steps: int = 0,
+    tune_tokens: int = 16384,
+    tune_lr: float = 5e-5,
 ) -> dict[str, Any]:
     import torch
     from safetensors.torch import save_file
@@ -328,26 +432,32 @@ def export_eagle(
         raise UserError(f"no source files under {root} to calibrate on")
     windows = calibration_ids(tokenizer, texts, 2 * calibration_tokens)
     half = max(1, len(windows) // 2)
-    seqs: list[tuple[Any, Any, Any]] = []
     started = time.perf_counter()
-    with torch.inference_mode():
-        for i, w in enumerate(windows):
-            x = torch.tensor([w])
-            o = tmodel(input_ids=x, output_hidden_states=True, use_cache=False)
-            seqs.append((x[0], o.hidden_states[-1][0].float(), o.logits[0].argmax(-1)))
-            say(f"target features {i + 1}/{len(windows)}")
+    seqs = target_sequences(tmodel, windows, say, "target features")
     calib, held = seqs[:half], seqs[half:] or seqs[:half]
     consts = measure_constants(model, [f[:-1] for _i, f, _g in calib], [embed[i[1:]] for i, _f, _g in calib])
     state = eagle_state(model, embed, consts)
     cfg = eagle_config(model.cfg, target_config)
     fidelity = measure(model, vocab, embed, state, cfg, lm_head, held)
     dropped = [n for n in ("block_size", "markov_rank", "confidence_head") if getattr(model.cfg, n, 0)]
+    tuned: dict[str, Any] = {}
+    if tune_steps > 0:
+        t0 = time.perf_counter()
+        train = target_sequences(tmodel, calibration_ids(tokenizer, tuning_texts(400, 0), tune_tokens), say,
+                                 "tuning features")
+        state, losses = tune_state(state, cfg, lm_head, train, steps=tune_steps, lr=tune_lr, progress=say)
+        tenth = max(1, len(losses) // 10)
+        tuning = Tuning(steps=tune_steps, lr=tune_lr, windows=len(train), tokens=sum(int(s[0].shape[0]) for s in train),
+                        loss_first=round(sum(losses[:tenth]) / tenth, 4), loss_last=round(sum(losses[-tenth:]) / tenth, 4),
+                        seconds=round(time.perf_counter() - t0, 1))
+        tuned = {"tuning": asdict(tuning), "fidelity_held_out_tuned": asdict(measure(model, vocab, embed, state, cfg, lm_head, held))}
     report = {
         "draft": str(where),
         "target": str(target_dir),
         "layout": "vLLM EAGLE-1 (EagleLlamaForCausalLM): method 'eagle'",
         "constants": asdict(consts),
         "fidelity_held_out": asdict(fidelity),
+        **tuned,
         "dropped": dropped,
         "seconds": round(time.perf_counter() - started, 1),
         "differences": [
@@ -356,6 +466,7 @@ def export_eagle(
             "layer pre-attention norm: weight folded into q/k/v, 1/rms(x) replaced by constants.attn_scale",
             "head: the target's lm_head on g (vLLM's EAGLE-1 has no head of its own); ours is a reduced-vocabulary head",
             "block step / Markov / confidence heads: not expressible, dropped" if dropped else "no extra heads",
+            *(["tuned: every tensor but embed_tokens trained further in the EAGLE math (see tuning)"] if tuned else []),
         ],
     }
     out.mkdir(parents=True, exist_ok=True)
@@ -374,6 +485,10 @@ def add_export_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--dtype", default="auto", help="the target's dtype for the calibration features")
     p.add_argument("--calibration-tokens", type=int, default=2048, help="target positions for the constants")
     p.add_argument("--corpus", default=None, help="source files to calibrate on (default: bench/corpus)")
+    p.add_argument("--tune-steps", type=int, default=0,
+                   help="then train the exported layer this many steps in vLLM's EAGLE math (0: pure conversion)")
+    p.add_argument("--tune-tokens", type=int, default=16384, help="target positions of training text to tune on")
+    p.add_argument("--tune-lr", type=float, default=5e-5)
     p.set_defaults(func=_cmd)
 
 
@@ -382,13 +497,17 @@ def _cmd(args: argparse.Namespace) -> int:
 
     if args.calibration_tokens < 64:
         raise UserError("--calibration-tokens must be at least 64")
+    if args.tune_steps < 0 or (args.tune_steps and args.tune_tokens < 64):
+        raise UserError("--tune-steps must be >= 0 and --tune-tokens at least 64")
     report = export_eagle(
         Path(args.out), draft=args.draft, target=args.model, cache_dir=args.cache_dir,
         calibration_tokens=args.calibration_tokens, corpus=Path(args.corpus) if args.corpus else None,
         dtype=args.dtype, progress=lambda m: print(f"export-eagle: {m}", file=sys.stderr) if sys.stderr.isatty() else None,
+        tune_steps=args.tune_steps, tune_tokens=args.tune_tokens, tune_lr=args.tune_lr,
     )
-    print(json.dumps({k: report[k] for k in ("layout", "constants", "fidelity_held_out", "dropped")}, indent=2))
+    keys = ("layout", "constants", "fidelity_held_out", "tuning", "fidelity_held_out_tuned", "dropped")
+    print(json.dumps({k: report[k] for k in keys if k in report}, indent=2))
     return 0
 
 
-__all__ = ["add_export_parser", "eagle_forward", "eagle_state", "export_eagle"]
+__all__ = ["add_export_parser", "eagle_forward", "eagle_state", "export_eagle", "tune_state"]
