@@ -187,3 +187,15 @@ def test_tuning_in_the_eagle_math_fits_the_targets_tokens() -> None:
     assert torch.equal(tuned["embed_tokens.weight"], state["embed_tokens.weight"].float())
     assert sum(losses[-10:]) < 0.5 * sum(losses[:10])
     assert first_right(tuned) > first_right(state) + 0.2
+
+
+def test_calibration_windows_per_text_are_capped() -> None:
+    from dspark_lsp.remote.eagle import calibration_ids
+
+    class Tok:
+        def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+            return [ord(c) for c in text]
+
+    texts = ["a" * 100, "b" * 100, "c" * 100]
+    assert [w[0] for w in calibration_ids(Tok(), texts, 150, window=20)] == [97] * 5 + [98] * 3
+    assert [w[0] for w in calibration_ids(Tok(), texts, 150, window=20, per_text=2)] == [97, 97, 98, 98, 99, 99]

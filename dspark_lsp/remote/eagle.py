@@ -92,13 +92,18 @@ def _norm_weightless(x: Any, eps: float) -> Any:
     return x.float() / _rms(x, eps)
 
 
-def calibration_ids(tokenizer: Any, texts: list[str], tokens: int, window: int = 256) -> list[list[int]]:
-    """Token windows of ``window`` ids from ``texts`` until ``tokens`` ids are collected."""
+def calibration_ids(
+    tokenizer: Any, texts: list[str], tokens: int, window: int = 256, per_text: int | None = None
+) -> list[list[int]]:
+    """Token windows of ``window`` ids from ``texts`` until ``tokens`` ids are collected, at most
+    ``per_text`` windows from one text (None: as many as it has)."""
     out: list[list[int]] = []
     total = 0
     for text in texts:
         ids = list(tokenizer.encode(text, add_special_tokens=False))
-        for i in range(0, max(0, len(ids) - 16), window):
+        for n, i in enumerate(range(0, max(0, len(ids) - 16), window)):
+            if per_text is not None and n >= per_text:
+                break
             chunk = ids[i : i + window]
             if len(chunk) >= 16:
                 out.append(chunk)
@@ -443,8 +448,10 @@ def export_eagle(
     tuned: dict[str, Any] = {}
     if tune_steps > 0:
         t0 = time.perf_counter()
-        train = target_sequences(tmodel, calibration_ids(tokenizer, tuning_texts(400, 0), tune_tokens), say,
-                                 "tuning features")
+        # Two windows a file at most: the draw spreads over many files and languages (without the cap a
+        # single long header filled most of it).
+        windows_t = calibration_ids(tokenizer, tuning_texts(400, 0), tune_tokens, per_text=2)
+        train = target_sequences(tmodel, windows_t, say, "tuning features")
         state, losses = tune_state(state, cfg, lm_head, train, steps=tune_steps, lr=tune_lr, progress=say)
         tenth = max(1, len(losses) // 10)
         tuning = Tuning(steps=tune_steps, lr=tune_lr, windows=len(train), tokens=sum(int(s[0].shape[0]) for s in train),
