@@ -135,5 +135,6 @@ def test_recalibration_pairs_come_from_the_replayed_rounds(tiny_tokenizer: Any) 
     target = tiny_tokenizer("1, 2, 4]\n")["input_ids"]
     item = {"prompt": prompt, "target": target, "language": "python"}
     pairs = replay_pairs(NgramDraftSource(), [item], tiny_tokenizer, [], {1: 10.0, 8: 10.0}, ("ar", "semi"))
-    assert pairs and all(0.0 < c <= 1.0 for c, _ in pairs)
-    assert any(ok for _, ok in pairs) and not all(ok for _, ok in pairs)  # "1, 2," lands, " 3" does not
+    assert pairs and all(0.0 < c <= 1.0 for c, _, _ in pairs)
+    assert any(ok for _, ok, _ in pairs) and not all(ok for _, ok, _ in pairs)  # "1, 2," lands, " 3" does not
+    assert all(slot == -1 for _, _, slot in pairs)  # the lookup states no calibration slot

@@ -172,8 +172,8 @@ def test_block_draft_is_lossless(random_lm: Any, greedy_reference: Any, seed: in
     assert out.tokens == greedy_reference(target, prompt, 14)
     # Every accepted chain token is recorded as accepted, and each round adds at most one rejection.
     cal = out.stats.calibration
-    assert sum(a for _, a in cal) == out.stats.accepted - out.stats.alt_accepted
-    assert len(cal) - sum(a for _, a in cal) <= out.stats.target_forwards
+    assert sum(a for _, a, _ in cal) == out.stats.accepted - out.stats.alt_accepted
+    assert len(cal) - sum(a for _, a, _ in cal) <= out.stats.target_forwards
     if mode == "parallel" and not hybrid and k > 1:
         assert out.stats.draft_steps_parallel > 0
 
@@ -319,3 +319,86 @@ def test_lookup_confidences_are_read_as_measured_acceptance_beside_a_calibrated_
     assert plain.tokens == cal.tokens and plain.tokens[:2] == [4, 5]
     assert cal.confidence != plain.confidence
     assert all(c in LOOKUP_ACCEPTANCE.values() for c in cal.confidence)
+
+
+@pytest.mark.parametrize("mode", ["ar", "parallel"])
+def test_decode_records_which_slot_stated_each_confidence(random_lm: Any, mode: str) -> None:
+    """Each judged token's recorded slot is the (kind, step) bias its confidence came from: with the probe
+    zeroed and a distinct bias per slot, the confidence names the slot."""
+    from dspark_lsp.engine.draft import NO_SLOT
+
+    target = random_lm(3, vocab_size=16, hidden=D, layers=1)
+    model, dv = block_draft(9)
+    assert model.conf is not None and model.conf_step is not None
+    with torch.no_grad():
+        model.conf.zero_()
+        model.conf_step.copy_(torch.linspace(0.5, 4.0, model.conf_step.numel()).view_as(model.conf_step))
+    src = HybridDraftSource(FeatureDraftSource(model, dv, target.get_input_embeddings()), NgramDraftSource())
+    prompt = [2, 3, 4, 5, 2, 3, 4, 5, 2, 3, 4]  # repeats: the lookup answers some rounds
+    cfg = DecodeConfig(max_new_tokens=24, draft_mode=mode,  # type: ignore[arg-type]
+                       scheduler=SchedulerConfig(k_max=5, verify_cost_ms={1: 10.0, 6: 30.0}))
+    out = SpeculativeDecoder(target).generate(prompt, config=cfg, draft=src)
+    cal = out.stats.calibration
+    drafted = [(c, s) for c, _, s in cal if s != NO_SLOT]
+    assert drafted, "the draft stated no confidence"
+    flat = torch.sigmoid(model.conf_step.detach().flatten())
+    for c, s in drafted:
+        assert abs(c - float(flat[s])) < 1e-4
+    if mode == "ar":
+        assert all(s < model.conf_step.shape[1] for _, s in drafted)  # kind 0: chain steps only
+    else:
+        # A block's offsets state kind 1, step = offset (judged above only when the anchor landed).
+        src.model_source.set_features(0, torch.randn(len(prompt) - 1, D))
+        p = src.model_source.propose(prompt, 4, parallel=True, tau=0.0)
+        n = model.conf_step.shape[1]
+        assert p.slots == [0] + [n + i for i in range(1, len(p.tokens))] and len(p.tokens) == 4
+
+
+def test_slot_platt_recovers_each_slots_bias_and_folds_into_the_head() -> None:
+    from dspark_lsp.training.slot_platt import fit_slot_platt, fold_slot_platt
+
+    g = torch.Generator().manual_seed(1)
+    true_bias = {0: -1.0, 1: 0.5, 17: 2.0}
+    xs, ys, ss = [], [], []
+    for slot, b in true_bias.items():
+        x = torch.randn(8000, generator=g)
+        xs.append(x)
+        ys.append((torch.rand(8000, generator=g) < torch.sigmoid(1.5 * x + b)).float())
+        ss.append(torch.full((8000,), slot))
+    # A slot seen three times stays near the global bias instead of jumping to its own few labels.
+    xs.append(torch.zeros(3))
+    ys.append(torch.ones(3))
+    ss.append(torch.full((3,), 5))
+    fit = fit_slot_platt(torch.cat(xs), torch.cat(ys), torch.cat(ss))
+    assert abs(fit.a - 1.5) < 0.1
+    for slot, b in true_bias.items():
+        assert abs(fit.bias[slot] - b) < 0.15, (slot, fit.bias[slot])
+    assert abs(fit.bias[5] - fit.b) < 0.6 and fit.counts[5] == 3
+    model, _ = block_draft(6)
+    h, prev = torch.randn(3, D), torch.tensor([2, 3, 4])
+    before = {(k, s): model.confidence_logit(h, prev, k, s) for k, s in [(0, 0), (0, 1), (1, 1), (1, 9)]}
+    fold_slot_platt(model, fit)
+    for (k, s), z in before.items():
+        want = fit.a * z + fit.bias.get(model.confidence_slot(k, s), fit.b)
+        assert torch.allclose(model.confidence_logit(h, prev, k, s), want, atol=1e-5)
+
+
+def test_ablation_variants_name_every_part_whatever_the_export_ships(random_lm: Any, tmp_path: Path) -> None:
+    """A draft shipped with its heads off (vocab.json "parts") must still be ablated with them on where a
+    variant says so: the +conf variants ran without the confidence head before."""
+    from dspark_lsp.bench.mode_ablation import ablation_variants
+
+    target = random_lm(0, vocab_size=16, hidden=D, layers=1)
+    model, dv = block_draft(8)
+    save_feat_draft(tmp_path / "d", model, dv,
+                    {"step": 1, "parts": {"block": False, "markov": False, "confidence": False}})
+    variants = ablation_variants(tmp_path / "d", target, lambda s: s)
+    want = {  # variant: (block, markov, confidence)
+        "ar": (False, False, False), "ar+markov": (False, True, False), "ar+conf": (False, False, True),
+        "parallel": (True, True, False), "parallel-nomarkov": (True, False, False), "semi": (True, True, False),
+        "semi+conf": (True, True, True), "parallel+conf": (True, True, True), "fixed_k4-ar": (False, False, False),
+    }
+    for name, (block, markov, conf) in want.items():
+        src = variants[name].draft
+        assert isinstance(src, FeatureDraftSource)
+        assert (src.supports_parallel, src._markov, src.calibrated) == (block, markov, conf), name

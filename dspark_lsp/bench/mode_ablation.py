@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,7 @@ class ModeTotals:
     draft_s: float = 0.0
     verify_ms: float = 0.0
     by_language: dict[str, list[float]] = field(default_factory=dict)  # lang -> [tokens, ms]
-    calibration: list[tuple[float, bool]] = field(default_factory=list)  # (confidence, accepted) per judged token
+    calibration: list[tuple[float, bool, int]] = field(default_factory=list)  # (confidence, accepted, slot) per judged token
 
     def add(self, lang: str, tokens: int, forwards: int, draft_forwards: int, draft_s: float, ms: float) -> None:
         self.tokens += tokens
@@ -63,6 +64,7 @@ class ModeTotals:
             "est_verify_ms": round(self.verify_ms, 1),
             "est_tokens_per_s": round(1000 * self.tokens / max(total_ms, 1e-9), 2),
             "reliability": reliability_bins(self.calibration),
+            "by_slot": slot_summary(self.calibration),
             "by_language": {
                 k: {"tokens": int(v[0]), "est_tokens_per_s": round(1000 * v[0] / max(v[1], 1e-9), 2)}
                 for k, v in sorted(self.by_language.items())
@@ -70,16 +72,30 @@ class ModeTotals:
         }
 
 
-def reliability_bins(pairs: list[tuple[float, bool]], bins: int = 10) -> list[dict[str, float]]:
+def reliability_bins(pairs: Sequence[tuple[float, bool] | tuple[float, bool, int]],
+                     bins: int = 10) -> list[dict[str, float]]:
     """Per bin of stated confidence: how many drafted tokens, their mean confidence and the share the
     target accepted (each token judged with every earlier one of its round accepted)."""
     rows = []
     for k in range(bins):
-        sel = [(c, a) for c, a in pairs if min(int(c * bins), bins - 1) == k]
+        sel = [(p[0], p[1]) for p in pairs if min(int(p[0] * bins), bins - 1) == k]
         if sel:
             rows.append({"bin": k, "count": len(sel), "confidence": round(sum(c for c, _ in sel) / len(sel), 4),
                          "accepted": round(sum(a for _, a in sel) / len(sel), 4)})
     return rows
+
+
+def slot_summary(pairs: Sequence[tuple[float, bool, int]]) -> dict[str, dict[str, float]]:
+    """Per calibration slot (Proposal.slots; -1: none stated it): judged tokens, mean confidence, share
+    accepted. A head miscalibrated in one (kind, step) shows here when the bins average it away."""
+    acc: dict[int, list[float]] = {}
+    for c, a, s in pairs:
+        row = acc.setdefault(s, [0.0, 0.0, 0.0])
+        row[0] += 1
+        row[1] += c
+        row[2] += a
+    return {str(s): {"count": int(n), "confidence": round(c / n, 4), "accepted": round(a / n, 4)}
+            for s, (n, c, a) in sorted(acc.items())}
 
 
 def _split_fim(prompt: list[int], fim: FimTokens) -> tuple[list[int], list[int]] | None:
@@ -167,22 +183,24 @@ def ablation_variants(where: Path, target: Any, wrap: Any) -> dict[str, Variant]
     one target)."""
     from dspark_lsp.drafts.load import load_trained_draft
 
-    def src(**use: bool) -> DraftSource:
-        return wrap(load_trained_draft(where, target, **use))
+    # Every part is named in every variant: a draft's export says which parts it uses by default
+    # (vocab.json "parts"), and an ablation must not inherit that (with the heads shipped off, the +conf
+    # variants ran without the confidence head and "parallel" without the Markov head).
+    def src(block: bool, markov: bool, conf: bool) -> DraftSource:
+        return wrap(load_trained_draft(where, target, use_block=block, use_markov=markov, use_confidence=conf))
 
-    plain = {"use_block": False, "use_markov": False, "use_confidence": False}
     return {
-        "ar": Variant(src(**plain), "ar"),
-        "ar+markov": Variant(src(use_block=False, use_confidence=False), "ar"),
-        "ar+conf": Variant(src(use_block=False, use_markov=False), "ar"),
-        "ar+conf-tau": Variant(src(use_block=False, use_markov=False), "ar", calibrated_stop="tau"),
-        "parallel": Variant(src(use_confidence=False), "parallel"),
-        "parallel-nomarkov": Variant(src(use_markov=False, use_confidence=False), "parallel"),
-        "semi": Variant(src(use_confidence=False), "semi"),
-        "semi+conf": Variant(src(), "semi"),
-        "semi+conf-tau": Variant(src(), "semi", calibrated_stop="tau"),
-        "parallel+conf": Variant(src(), "parallel"),
-        "fixed_k4-ar": Variant(src(**plain), "ar", 4),
+        "ar": Variant(src(False, False, False), "ar"),
+        "ar+markov": Variant(src(False, True, False), "ar"),
+        "ar+conf": Variant(src(False, False, True), "ar"),
+        "ar+conf-tau": Variant(src(False, False, True), "ar", calibrated_stop="tau"),
+        "parallel": Variant(src(True, True, False), "parallel"),
+        "parallel-nomarkov": Variant(src(True, False, False), "parallel"),
+        "semi": Variant(src(True, True, False), "semi"),
+        "semi+conf": Variant(src(True, True, True), "semi"),
+        "semi+conf-tau": Variant(src(True, True, True), "semi", calibrated_stop="tau"),
+        "parallel+conf": Variant(src(True, True, True), "parallel"),
+        "fixed_k4-ar": Variant(src(False, False, False), "ar", 4),
     }
 
 

@@ -25,7 +25,7 @@ import torch
 from dspark_lsp.engine.acceptance import Verdict, greedy_accept, pick_token, sampled_accept, tree_accept
 from dspark_lsp.engine.alternates import Alternate, VerifyLayout, choose_alternates
 from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
-from dspark_lsp.engine.draft import DraftSource, Proposal
+from dspark_lsp.engine.draft import NO_SLOT, DraftSource, Proposal
 from dspark_lsp.engine.drafting import DraftRound, KeyFn
 from dspark_lsp.engine.kv import (
     TreeRows,
@@ -396,7 +396,9 @@ class SpeculativeDecoder:
         if proposal.tokens:
             state.sched.update(len(proposal.tokens), m)
             # Token i was judged with every earlier one accepted when i <= m (the first rejected ends it).
-            stats.calibration.extend((c, i < m) for i, c in enumerate(proposal.confidence[: m + 1]))
+            slots = proposal.slots
+            stats.calibration.extend((c, i < m, slots[i] if i < len(slots) else NO_SLOT)
+                                     for i, c in enumerate(proposal.confidence[: m + 1]))
         stats.proposed += len(proposal.tokens)
         stats.alt_proposed += len(layout.alternates)
         stats.accepted += len(kept)

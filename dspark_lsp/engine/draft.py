@@ -19,6 +19,8 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
+NO_SLOT = -1  # a confidence no calibration slot stated (n-gram lookup, an uncalibrated draft)
+
 
 @dataclass
 class Proposal:
@@ -34,6 +36,9 @@ class Proposal:
     ``alternates[i]`` (optional, greedy drafting only): the draft's runner-up tokens at position i with
     their draft probabilities, best first; the decoder may verify them beside the chain
     (engine.alternates). A source without them (n-gram lookup) leaves the list short or None.
+    ``slots[i]`` (optional): for a calibrated source, which of its calibration slots stated
+    ``confidence[i]`` (a confidence head's drafting kind and step, :data:`NO_SLOT` where none); the decoder
+    records it beside each judged token so a recalibration can fit each slot on its own.
     """
 
     tokens: list[int] = field(default_factory=list)
@@ -41,6 +46,7 @@ class Proposal:
     dists: list[torch.Tensor | None] | None = None
     forwards: int = 0
     alternates: list[list[tuple[int, float]]] | None = None
+    slots: list[int] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -51,11 +57,12 @@ class Proposal:
         return cls(dists=[] if temperature > 0 else None, alternates=None if temperature > 0 else [])
 
     def add(self, token: int, confidence: float, dist: torch.Tensor | None,
-            runner_ups: Callable[[], list[tuple[int, float]]]) -> None:
+            runner_ups: Callable[[], list[tuple[int, float]]], slot: int = NO_SLOT) -> None:
         """Append one drafted token with its confidence, its distribution (kept when the proposal keeps
         them: when sampling) and its runner-ups (asked for only when it keeps alternates: when greedy)."""
         self.tokens.append(token)
         self.confidence.append(confidence)
+        self.slots.append(slot)
         if self.dists is not None:
             self.dists.append(dist)
         if self.alternates is not None:

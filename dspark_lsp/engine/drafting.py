@@ -17,7 +17,7 @@ from typing import TypeVar
 import torch
 
 from dspark_lsp.engine.config import DecodeConfig
-from dspark_lsp.engine.draft import DraftSource, Proposal
+from dspark_lsp.engine.draft import NO_SLOT, DraftSource, Proposal
 from dspark_lsp.engine.scheduler import ConfidenceScheduler
 from dspark_lsp.engine.stats import DecodeStats
 
@@ -143,4 +143,4 @@ class DraftRound:
         return conf < self.tau and not self.sched.pays(n + 2, self.cum, more_ms)
 
     def _append(self, p: Proposal, i: int, tok: int, conf: float) -> None:
-        self.out.add(tok, conf, _at(p.dists, i, None), partial(_at, p.alternates, i, []))
+        self.out.add(tok, conf, _at(p.dists, i, None), partial(_at, p.alternates, i, []), _at(p.slots, i, NO_SLOT))

@@ -29,9 +29,10 @@ class DecodeStats:
     t_verify: float = 0.0
     t_total: float = 0.0
     stop_reason: str = ""
-    # (confidence, accepted) of each drafted token the target judged with every earlier one accepted: how
-    # well the confidences predict acceptance (a confidence head's reliability, measured in decoding).
-    calibration: list[tuple[float, bool]] = field(default_factory=list)
+    # (confidence, accepted, slot) of each drafted token the target judged with every earlier one accepted:
+    # how well the confidences predict acceptance (a confidence head's reliability, measured in decoding);
+    # the slot says which of the head's (kind, step) biases stated it (Proposal.slots).
+    calibration: list[tuple[float, bool, int]] = field(default_factory=list)
 
     @property
     def tokens_per_forward(self) -> float:

@@ -6,6 +6,10 @@ chain steps past those trained and text unlike the training shards. This replays
 the draft alone, on a *calibration* set of held-out prompts (made like the evaluation sets, with another
 seed), collects each judged token's stated confidence and whether the target accepted it, fits Platt's
 (a, b) to those pairs and folds them into the head. Evaluate on a different set afterwards.
+
+``--per-slot`` (the default) fits one bias per (kind, step) slot the tokens were stated from
+(training.slot_platt). ``--rounds N`` repeats replay-and-fit on the recalibrated draft: the confidences
+decide where rounds stop, so recalibrating changes which tokens are judged, and the next round fits that.
 """
 
 from __future__ import annotations
@@ -22,8 +26,8 @@ from dspark_lsp.errors import UserError
 
 
 def replay_pairs(draft: Any, items: list[dict[str, Any]], tokenizer: Any, features: list[Any],
-                 cost: dict[int, float], modes: tuple[str, ...]) -> list[tuple[float, bool]]:
-    """(confidence, accepted) of every judged draft token, replaying each item in each mode."""
+                 cost: dict[int, float], modes: tuple[str, ...]) -> list[tuple[float, bool, int]]:
+    """(confidence, accepted, slot) of every judged draft token, replaying each item in each mode."""
     from dspark_lsp.bench.mode_ablation import Variant, run
 
     variants = {m: Variant(draft, m) for m in modes}
@@ -41,6 +45,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--features-cache", default="")
     ap.add_argument("--cost", required=True, help="JSON {n: ms} verify-cost curve")
     ap.add_argument("--modes", default="ar,semi")
+    ap.add_argument("--per-slot", action=argparse.BooleanOptionalAction, default=True,
+                    help="one bias per (kind, step) slot beside the shared scale (default: on)")
+    ap.add_argument("--prior", type=float, default=10.0, help="pull of each slot's bias toward the global one, "
+                                                              "in judged tokens")
+    ap.add_argument("--rounds", type=int, default=1, help="replay-and-fit rounds on the recalibrated draft")
     a = ap.parse_args(argv)
     try:
         from transformers import AutoTokenizer
@@ -50,26 +59,45 @@ def main(argv: list[str] | None = None) -> int:
         from dspark_lsp.drafts.load import load_trained_draft
         from dspark_lsp.models.loader import resolve_model
         from dspark_lsp.training.block_train import fit_platt, fold_platt
+        from dspark_lsp.training.slot_platt import fit_slot_platt, fold_slot_platt
 
+        if a.rounds < 1:
+            raise UserError("--rounds must be at least 1")
         data = json.loads(Path(a.set).read_text())
         tokenizer = AutoTokenizer.from_pretrained(str(resolve_model(a.target)))
         target, feats = target_features_for(a.target, data, 1, a.features_cache, a.target_dtype)
-        draft = load_trained_draft(Path(a.draft), target, use_confidence=True)
         cost = {int(k): float(v) for k, v in json.loads(a.cost).items()}
-        pairs = replay_pairs(draft, list(data["items"]), tokenizer, feats, cost, tuple(a.modes.split(",")))
-        if len(pairs) < 50:
-            raise UserError(f"only {len(pairs)} judged tokens: use a larger calibration set")
-        p = torch.tensor([c for c, _ in pairs]).clamp(1e-6, 1 - 1e-6)
-        labels = torch.tensor([float(ok) for _, ok in pairs])
-        alpha, beta = fit_platt(torch.log(p) - torch.log1p(-p), labels)
-        model, vocab, meta = load_feat_draft(Path(a.draft), torch.float32)
-        if model.conf is None:
-            raise UserError(f"{a.draft} has no confidence head")
-        fold_platt(model, alpha, beta)
-        save_feat_draft(a.out, model, vocab, {**meta, "recalibrated": {"set": a.set, "pairs": len(pairs),
-                                                                       "a": round(alpha, 4), "b": round(beta, 4)}})
-        print(json.dumps({"pairs": len(pairs), "accepted": round(float(labels.mean()), 4),
-                          "mean_confidence": round(float(p.mean()), 4), "a": alpha, "b": beta}))
+        source = Path(a.draft)
+        fits: list[dict[str, Any]] = []
+        before = load_feat_draft(source, torch.float32)[2].get("recalibrated")  # kept in the record
+        for r in range(a.rounds):
+            draft = load_trained_draft(source, target, use_confidence=True)
+            pairs = replay_pairs(draft, list(data["items"]), tokenizer, feats, cost, tuple(a.modes.split(",")))
+            if len(pairs) < 50:
+                raise UserError(f"only {len(pairs)} judged tokens: use a larger calibration set")
+            p = torch.tensor([c for c, _, _ in pairs]).clamp(1e-6, 1 - 1e-6)
+            labels = torch.tensor([float(ok) for _, ok, _ in pairs])
+            logits = torch.log(p) - torch.log1p(-p)
+            model, vocab, meta = load_feat_draft(source, torch.float32)
+            if model.conf is None:
+                raise UserError(f"{a.draft} has no confidence head")
+            fit: dict[str, Any] = {"round": r + 1, "pairs": len(pairs), "accepted": round(float(labels.mean()), 4),
+                                   "mean_confidence": round(float(p.mean()), 4)}
+            if a.per_slot:
+                sp = fit_slot_platt(logits, labels, torch.tensor([s for _, _, s in pairs]), a.prior)
+                fold_slot_platt(model, sp)
+                fit.update(a=round(sp.a, 4), b=round(sp.b, 4),
+                           slots={str(k): {"n": sp.counts[k], "bias": round(v, 4)} for k, v in sp.bias.items()})
+            else:
+                alpha, beta = fit_platt(logits, labels)
+                fold_platt(model, alpha, beta)
+                fit.update(a=round(alpha, 4), b=round(beta, 4))
+            fits.append(fit)
+            print(json.dumps(fit), flush=True)
+            save_feat_draft(a.out, model, vocab, {**meta, "recalibrated": {
+                "set": a.set, "per_slot": a.per_slot, "prior": a.prior, "fits": fits,
+                **({"before": before} if before else {})}})
+            source = a.out
         return 0
     except (UserError, OSError, KeyError, ValueError) as exc:
         print(f"dspark-lsp: error: {exc}", file=sys.stderr)

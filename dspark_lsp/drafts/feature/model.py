@@ -128,3 +128,10 @@ class FeatDraft(nn.Module):
             parts = [t.detach() for t in parts]
         step_t = torch.as_tensor(step, device=g.device).clamp(max=self.conf_step.shape[1] - 1)
         return torch.cat(parts, dim=-1) @ w + self.conf_step[kind][step_t]
+
+    def confidence_slot(self, kind: int, step: int) -> int:
+        """The flat index of the (kind, step) bias :meth:`confidence_logit` adds (steps past the last
+        share it), as the decoder records it beside each judged token."""
+        assert self.conf_step is not None
+        n = self.conf_step.shape[1]
+        return kind * n + min(step, n - 1)

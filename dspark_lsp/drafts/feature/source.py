@@ -80,6 +80,7 @@ class FeatureDraftSource(DraftSource):
         p = append_pick(out, self.vocab, logits, temperature, generator)
         if self.calibrated:
             p = out.confidence[-1] = float(torch.sigmoid(self.model.confidence_logit(g, prev_t, kind, step).float()))
+            out.slots[-1] = self.model.confidence_slot(kind, step)
         return p
 
     @torch.inference_mode()
