@@ -252,7 +252,7 @@ def test_block_training_learns_resumes_and_exports_a_loadable_draft(tiny_models:
 def test_replay_reliability_bins_count_what_was_accepted() -> None:
     from dspark_lsp.bench.mode_ablation import reliability_bins
 
-    rows = reliability_bins([(0.05, False), (0.95, True), (0.99, False), (0.92, True), (1.0, True)])
+    rows = reliability_bins([(0.05, False, 0), (0.95, True, 0), (0.99, False, -1), (0.92, True, 17), (1.0, True, 0)])
     assert rows == [{"bin": 0, "count": 1, "confidence": 0.05, "accepted": 0.0},
                     {"bin": 9, "count": 4, "confidence": 0.965, "accepted": 0.75}]
 
@@ -402,3 +402,13 @@ def test_ablation_variants_name_every_part_whatever_the_export_ships(random_lm: 
         src = variants[name].draft
         assert isinstance(src, FeatureDraftSource)
         assert (src.supports_parallel, src._markov, src.calibrated) == (block, markov, conf), name
+
+
+def test_folding_a_fit_with_a_no_slot_bias_leaves_the_last_slot_alone() -> None:
+    from dspark_lsp.training.slot_platt import SlotPlatt, fold_slot_platt
+
+    model, _ = block_draft(6)
+    assert model.conf_step is not None
+    before = model.conf_step.detach().clone()
+    fold_slot_platt(model, SlotPlatt(a=1.0, b=0.25, bias={-1: 5.0}, counts={-1: 40}))
+    assert torch.allclose(model.conf_step, before + 0.25)

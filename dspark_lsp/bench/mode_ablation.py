@@ -72,13 +72,12 @@ class ModeTotals:
         }
 
 
-def reliability_bins(pairs: Sequence[tuple[float, bool] | tuple[float, bool, int]],
-                     bins: int = 10) -> list[dict[str, float]]:
+def reliability_bins(pairs: Sequence[tuple[float, bool, int]], bins: int = 10) -> list[dict[str, float]]:
     """Per bin of stated confidence: how many drafted tokens, their mean confidence and the share the
     target accepted (each token judged with every earlier one of its round accepted)."""
     rows = []
     for k in range(bins):
-        sel = [(p[0], p[1]) for p in pairs if min(int(p[0] * bins), bins - 1) == k]
+        sel = [(c, a) for c, a, _ in pairs if min(int(c * bins), bins - 1) == k]
         if sel:
             rows.append({"bin": k, "count": len(sel), "confidence": round(sum(c for c, _ in sel) / len(sel), 4),
                          "accepted": round(sum(a for _, a in sel) / len(sel), 4)})

@@ -58,8 +58,8 @@ def main(argv: list[str] | None = None) -> int:
         from dspark_lsp.drafts.io import load_feat_draft, save_feat_draft
         from dspark_lsp.drafts.load import load_trained_draft
         from dspark_lsp.models.loader import resolve_model
-        from dspark_lsp.training.block_train import fit_platt, fold_platt
-        from dspark_lsp.training.slot_platt import fit_slot_platt, fold_slot_platt
+        from dspark_lsp.training.block_train import fit_platt
+        from dspark_lsp.training.slot_platt import SlotPlatt, fit_slot_platt, fold_slot_platt
 
         if a.rounds < 1:
             raise UserError("--rounds must be at least 1")
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         cost = {int(k): float(v) for k, v in json.loads(a.cost).items()}
         source = Path(a.draft)
         fits: list[dict[str, Any]] = []
-        before = load_feat_draft(source, torch.float32)[2].get("recalibrated")  # kept in the record
+        before: Any = None  # the draft's own earlier recalibration, kept in the record
         for r in range(a.rounds):
             draft = load_trained_draft(source, target, use_confidence=True)
             pairs = replay_pairs(draft, list(data["items"]), tokenizer, feats, cost, tuple(a.modes.split(",")))
@@ -81,17 +81,17 @@ def main(argv: list[str] | None = None) -> int:
             model, vocab, meta = load_feat_draft(source, torch.float32)
             if model.conf is None:
                 raise UserError(f"{a.draft} has no confidence head")
+            if r == 0:
+                before = meta.get("recalibrated")
             fit: dict[str, Any] = {"round": r + 1, "pairs": len(pairs), "accepted": round(float(labels.mean()), 4),
                                    "mean_confidence": round(float(p.mean()), 4)}
             if a.per_slot:
                 sp = fit_slot_platt(logits, labels, torch.tensor([s for _, _, s in pairs]), a.prior)
-                fold_slot_platt(model, sp)
-                fit.update(a=round(sp.a, 4), b=round(sp.b, 4),
-                           slots={str(k): {"n": sp.counts[k], "bias": round(v, 4)} for k, v in sp.bias.items()})
             else:
-                alpha, beta = fit_platt(logits, labels)
-                fold_platt(model, alpha, beta)
-                fit.update(a=round(alpha, 4), b=round(beta, 4))
+                sp = SlotPlatt(*fit_platt(logits, labels), bias={}, counts={})
+            fold_slot_platt(model, sp)
+            fit.update(a=round(sp.a, 4), b=round(sp.b, 4),
+                       slots={str(k): {"n": sp.counts[k], "bias": round(v, 4)} for k, v in sp.bias.items()})
             fits.append(fit)
             print(json.dumps(fit), flush=True)
             save_feat_draft(a.out, model, vocab, {**meta, "recalibrated": {

@@ -28,9 +28,6 @@ class SlotPlatt:
     bias: dict[int, float]
     counts: dict[int, int]
 
-    def apply(self, logit: float, slot: int) -> float:
-        return float(torch.sigmoid(torch.tensor(self.a * logit + self.bias.get(slot, self.b))))
-
 
 def fit_slot_platt(logits: torch.Tensor, labels: torch.Tensor, slots: torch.Tensor,
                    prior: float = 10.0) -> SlotPlatt:
@@ -40,8 +37,8 @@ def fit_slot_platt(logits: torch.Tensor, labels: torch.Tensor, slots: torch.Tens
     from dspark_lsp.training.block_train import fit_platt
 
     a0, b0 = fit_platt(logits, labels)
-    keys = sorted({int(s) for s in slots.tolist()})
-    index = torch.tensor([keys.index(int(s)) for s in slots.tolist()])
+    uniq, index = torch.unique(slots, return_inverse=True)
+    keys = [int(s) for s in uniq.tolist()]
     a = torch.tensor(a0, requires_grad=True)
     bias = torch.full((len(keys),), b0, requires_grad=True)
     # The log loss's curvature in a bias is about n * p * (1 - p) <= n / 4: a quadratic pull of
@@ -68,10 +65,12 @@ def fold_slot_platt(model: FeatDraft, fit: SlotPlatt) -> None:
     (kind, step) bias mapped the same way plus its slot's bias (the global one for unseen slots)."""
     if model.conf is None or model.conf_step is None:
         raise ValueError("this draft has no confidence head")
-    kinds, steps = model.conf_step.shape
     with torch.no_grad():
         model.conf.mul_(fit.a)
-        model.conf_step.mul_(fit.a)
-        for kind in range(kinds):
-            for step in range(steps):
-                model.conf_step[kind, step] += fit.bias.get(model.confidence_slot(kind, step), fit.b)
+        model.conf_step.mul_(fit.a).add_(fit.b)
+        # A slot is the flat index of its (kind, step) bias (FeatDraft.confidence_slot); NO_SLOT (-1)
+        # names none and must not wrap around to the last one.
+        flat = model.conf_step.view(-1)
+        for slot, b in fit.bias.items():
+            if 0 <= slot < flat.numel():
+                flat[slot] += b - fit.b
