@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
+from dspark_lsp.context.types import ContextFile
+
 if TYPE_CHECKING:
     from dspark_lsp.engine.stats import DecodeStats
 
@@ -38,6 +40,11 @@ class CompletionRequest:
     path: str | None = None
     doc_key: str = ""  # the document's identity for per-document state (the LSP layer: its URI)
     max_new_tokens: int | None = None
+    # Other files' pieces for the prompt (dspark_lsp.context.gather), least important first; the
+    # service keeps what fits its contextBudget. Empty: the prompt holds the current file only.
+    context: tuple[ContextFile, ...] = ()
+    repo_name: str | None = None  # the repository's name in the prompt (the workspace folder's name)
+    prompt_path: str | None = None  # the current file's name in the prompt (workspace-relative)
 
 
 def _is_int(v: object) -> bool:

@@ -26,7 +26,13 @@ from dspark_lsp.errors import UserError
 from dspark_lsp.models.gguf_target import weights_kind
 from dspark_lsp.models.loader import DTYPES
 from dspark_lsp.models.packing import PACK_MODES, is_packed
-from dspark_lsp.prompt import FimPrompt, build_fim_prompt, outside_window_ids
+from dspark_lsp.prompt import (
+    FimPrompt,
+    PromptContext,
+    build_fim_prompt,
+    detect_repo_format,
+    outside_window_ids,
+)
 from dspark_lsp.remote.config import RemoteSettings, parse_backend
 
 Progress = Callable[[str, float | None], None]
@@ -48,6 +54,14 @@ class ServiceConfig:
     max_new_tokens: int = 64
     context_window: int = 256
     prefix_share: float = 0.75
+    # Tokens of other files' context (open documents' chunks, imported definitions) before the FIM part,
+    # on top of context_window; 0 = none. Which sources feed it: context_open_files / _definitions.
+    context_budget: int = 0
+    context_open_files: bool = True
+    context_definitions: bool = True
+    # The FIM arrangement: psm (prefix, suffix, middle) or spm (suffix first: typing then changes only
+    # the prompt's end, so more of its KV is reused).
+    fim_order: str = "psm"
     relaxed: bool = False
     multiline: str = "auto"
     cache_dir: str | None = None
@@ -75,6 +89,10 @@ class ServiceConfig:
         "maxNewTokens": "max_new_tokens",
         "contextWindow": "context_window",
         "prefixShare": "prefix_share",
+        "contextBudget": "context_budget",
+        "contextOpenFiles": "context_open_files",
+        "contextDefinitions": "context_definitions",
+        "fimOrder": "fim_order",
         "relaxed": "relaxed",
         "multiline": "multiline",
         "cacheDir": "cache_dir",
@@ -109,6 +127,10 @@ class ServiceConfig:
             out.append("contextWindow must be an integer in [32, 32768]")
         if not _is_num(self.prefix_share) or not 0.1 <= self.prefix_share <= 1.0:
             out.append("prefixShare must be a number in [0.1, 1]")
+        if not _is_int(self.context_budget) or not 0 <= self.context_budget <= 8192:
+            out.append("contextBudget must be an integer in [0, 8192]")
+        if self.fim_order not in ("psm", "spm"):
+            out.append("fimOrder must be psm or spm")
         if self.multiline not in _MULTILINE:
             out.append(f"multiline must be one of {', '.join(_MULTILINE)}")
         if self.pack_weights not in PACK_MODES:
@@ -117,7 +139,8 @@ class ServiceConfig:
             out.append("draftMode must be semi, ar or parallel")
         if not _is_num(self.temperature) or not 0.0 <= self.temperature <= 2.0:
             out.append("temperature must be a number in [0, 2]")
-        for name in ("relaxed", "prefix_reuse", "completion_cache", "calibrate"):
+        for name in ("relaxed", "prefix_reuse", "completion_cache", "calibrate", "context_open_files",
+                     "context_definitions"):
             if not isinstance(getattr(self, name), bool):
                 out.append(f"{name} must be true or false")
         if self.backend is not None:
@@ -250,7 +273,10 @@ class CompletionService:
         self.draft = draft
         self.description = description
         self.fim = detect_fim_tokens(tokenizer)
-        self.prefix_cache = PrefixCache(max_entries=4, max_tokens=4 * max(config.context_window, 512))
+        self.repo_format = detect_repo_format(tokenizer)
+        self.prefix_cache = PrefixCache(
+            max_entries=4, max_tokens=4 * max(config.context_window + config.context_budget, 512)
+        )
         self.decoder = SpeculativeDecoder(target, prefix_cache=self.prefix_cache if config.prefix_reuse else None)
         self._recent: deque[ServiceRecord] = deque(maxlen=self.RECENT)
         self._shown: OrderedDict[str, list[_Shown]] = OrderedDict()
@@ -362,10 +388,22 @@ class CompletionService:
             result = CompletionResult("", "", [], scope.value, CompletionStats(latency_ms=0.0), stop_reason="scope_none")
             self._record(req, result)
             return result
-        fp = build_fim_prompt(req.text, req.offset, self.tokenizer, self.fim, context_window=cfg.context_window,
-                              prefix_share=cfg.prefix_share)
+        fp = self._prompt(req, doc)
         tracker = doc.generation(req.offset, scope, continue_lines=cfg.multiline == "auto")
         return _Prepared(req, t0, before, after, scope, fp, tracker)
+
+    def _prompt(self, req: CompletionRequest, doc: Any) -> FimPrompt:
+        cfg = self.config
+        context = None
+        if req.context and cfg.context_budget > 0:
+            fmt = self.repo_format
+            if not fmt.native:  # the plain fallback heads each piece with a comment of the file's language
+                fmt = replace(fmt, comment=(doc.spec.line_comment if doc.spec else None) or "#")
+            name = req.prompt_path or (req.path.replace("\\", "/").rsplit("/", 1)[-1] if req.path else "")
+            context = PromptContext(req.context, cfg.context_budget, name, req.repo_name or "", fmt)
+        return build_fim_prompt(req.text, req.offset, self.tokenizer, self.fim, context_window=cfg.context_window,
+                                prefix_share=cfg.prefix_share, context=context,
+                                order=cfg.fim_order)  # type: ignore[arg-type]
 
     def complete(
         self,

@@ -195,6 +195,37 @@ SETTINGS: tuple[Setting, ...] = (
         maximum=1,
     ),
     Setting(
+        "contextBudget",
+        "integer",
+        0,
+        "Tokens of other files (chunks of open documents, definitions of imported names) put before the "
+        "current file in the prompt, on top of `contextWindow`. 0: the current file only.",
+        markdown=True,
+        minimum=0,
+        maximum=8192,
+    ),
+    Setting(
+        "contextOpenFiles",
+        "boolean",
+        True,
+        "Let chunks of the other open (and recently edited) documents into the context.",
+    ),
+    Setting(
+        "contextDefinitions",
+        "boolean",
+        True,
+        "Let the definitions of imported names used near the cursor (read from open documents and the "
+        "workspace folders) into the context.",
+    ),
+    Setting(
+        "fimOrder",
+        "string",
+        "psm",
+        "Fill-in-the-middle arrangement: psm (prefix, suffix, middle) or spm (suffix first).",
+        enum=("psm", "spm"),
+        in_editors=False,
+    ),
+    Setting(
         "relaxed",
         "boolean",
         False,

@@ -20,6 +20,9 @@ export interface ScalarSettings {
   maxNewTokens: number;
   contextWindow: number;
   prefixShare: number;
+  contextBudget: number;
+  contextOpenFiles: boolean;
+  contextDefinitions: boolean;
   relaxed: boolean;
   debounceMs: number;
   multiline: Multiline;
@@ -62,6 +65,9 @@ export const DEFAULT_SETTINGS: Readonly<ScalarSettings> = Object.freeze({
   maxNewTokens: 64,
   contextWindow: 256,
   prefixShare: 0.75,
+  contextBudget: 0,
+  contextOpenFiles: true,
+  contextDefinitions: true,
   relaxed: false,
   debounceMs: 150,
   multiline: "auto",
@@ -119,6 +125,9 @@ const CHECKS: Record<keyof ScalarSettings, [Check, string]> = {
   maxNewTokens: [inRange(1, 2048, true), "an integer in [1, 2048]"],
   contextWindow: [inRange(32, 32768, true), "an integer in [32, 32768]"],
   prefixShare: [inRange(0.1, 1, false), "a number in [0.1, 1]"],
+  contextBudget: [inRange(0, 8192, true), "an integer in [0, 8192]"],
+  contextOpenFiles: [isBool, "true or false"],
+  contextDefinitions: [isBool, "true or false"],
   relaxed: [isBool, "true or false"],
   debounceMs: [inRange(0, 5000, true), "an integer in [0, 5000] (milliseconds)"],
   multiline: [(v) => v === "auto" || v === "always" || v === "never", '"auto", "always" or "never"'],

@@ -1,0 +1,99 @@
+"""The prompt with other files' context: the repository format, its budget, and no change without it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dspark_lsp.context.types import ContextFile
+from dspark_lsp.models.fim import FimTokens, detect_fim_tokens
+from dspark_lsp.prompt import PromptContext, RepoFormat, build_fim_prompt, detect_repo_format
+
+DOC = "import util\n\n\ndef main():\n    total = util.add(1, 2)\n    return total\n"
+OFFSET = DOC.index("add(") + 4
+FILES = (
+    ContextFile("pkg/other.py", "def unrelated():\n    pass\n", "open"),
+    ContextFile("pkg/util.py", "def add(a, b):\n    return a + b\n", "definition"),
+)
+
+
+@pytest.fixture(scope="module")
+def fim(tiny_tokenizer: Any) -> FimTokens:
+    return detect_fim_tokens(tiny_tokenizer)
+
+
+def encode(tok: Any, text: str) -> list[int]:
+    return list(tok(text, add_special_tokens=False).input_ids)
+
+
+def test_no_context_is_todays_prompt(tiny_tokenizer: Any, fim: FimTokens) -> None:
+    plain = build_fim_prompt(DOC, OFFSET, tiny_tokenizer, fim, context_window=256)
+    fmt = detect_repo_format(tiny_tokenizer)
+    for ctx in (None, PromptContext((), 512, "main.py", "r", fmt), PromptContext(FILES, 0, "main.py", "r", fmt)):
+        fp = build_fim_prompt(DOC, OFFSET, tiny_tokenizer, fim, context_window=256, context=ctx)
+        assert (fp.ids, fp.text, fp.context_tokens) == (plain.ids, plain.text, 0)
+    assert plain.text == f"{fim.prefix}{DOC[:OFFSET]}{fim.suffix}{DOC[OFFSET:]}{fim.middle}"
+
+
+def test_repository_format(tiny_tokenizer: Any, fim: FimTokens) -> None:
+    fmt = detect_repo_format(tiny_tokenizer)
+    assert fmt.native
+    ctx = PromptContext(FILES, 512, "pkg/main.py", "demo", fmt)
+    fp = build_fim_prompt(DOC, OFFSET, tiny_tokenizer, fim, context_window=256, context=ctx)
+    head = (
+        "<|repo_name|>demo\n<|file_sep|>pkg/other.py\ndef unrelated():\n    pass\n"
+        "<|file_sep|>pkg/util.py\ndef add(a, b):\n    return a + b\n<|file_sep|>pkg/main.py\n"
+    )
+    assert fp.text == head + f"{fim.prefix}{DOC[:OFFSET]}{fim.suffix}{DOC[OFFSET:]}{fim.middle}"
+    assert encode(tiny_tokenizer, fp.text) == fp.ids  # the text is the exact model input
+    assert fp.context_files == FILES
+    assert fp.context_tokens == len(encode(tiny_tokenizer, head))
+
+
+def test_budget_drops_the_least_important_first(tiny_tokenizer: Any, fim: FimTokens) -> None:
+    fmt = detect_repo_format(tiny_tokenizer)
+    full = build_fim_prompt(DOC, OFFSET, tiny_tokenizer, fim, context=PromptContext(FILES, 4096, "m.py", "d", fmt))
+    for budget in range(1, full.context_tokens + 2):
+        fp = build_fim_prompt(DOC, OFFSET, tiny_tokenizer, fim, context=PromptContext(FILES, budget, "m.py", "d", fmt))
+        assert fp.context_tokens <= budget
+        assert encode(tiny_tokenizer, fp.text) == fp.ids
+        # What survives is a tail of the list (a shortened first piece allowed): the definition, nearest
+        # the cursor, is the last to go.
+        if fp.context_files:
+            assert fp.context_files[-1].path == "pkg/util.py"
+    assert full.context_files == FILES
+
+
+def test_a_big_piece_keeps_its_first_lines(tiny_tokenizer: Any, fim: FimTokens) -> None:
+    fmt = detect_repo_format(tiny_tokenizer)
+    big = ContextFile("big.py", "".join(f"def f{i}(x):\n    return x + {i}\n" for i in range(200)), "open")
+    fp = build_fim_prompt(DOC, OFFSET, tiny_tokenizer, fim, context=PromptContext((big,), 120, "m.py", "d", fmt))
+    assert 0 < fp.context_tokens <= 120
+    kept = fp.context_files[0].text
+    assert big.text.startswith(kept) and kept.endswith("\n") and len(kept) < len(big.text)
+
+
+def test_plain_fallback_puts_context_in_the_prefix(tiny_tokenizer: Any, fim: FimTokens) -> None:
+    ctx = PromptContext(FILES, 512, "pkg/main.py", "demo", RepoFormat(comment="//"))
+    fp = build_fim_prompt(DOC, OFFSET, tiny_tokenizer, fim, context=ctx)
+    head = "// pkg/other.py\ndef unrelated():\n    pass\n\n// pkg/util.py\ndef add(a, b):\n    return a + b\n\n"
+    assert fp.text == f"{fim.prefix}{head}{DOC[:OFFSET]}{fim.suffix}{DOC[OFFSET:]}{fim.middle}"
+    assert fp.prefix == DOC[:OFFSET]  # the document part is unchanged
+    assert encode(tiny_tokenizer, fp.text) == fp.ids
+
+
+def test_spm_keeps_the_prompt_head_while_typing(tiny_tokenizer: Any, fim: FimTokens) -> None:
+    """Suffix first: typing one more character changes only the prompt's tail."""
+    fmt = detect_repo_format(tiny_tokenizer)
+    ctx = PromptContext(FILES, 512, "m.py", "d", fmt)
+    typed = DOC[:OFFSET] + "1" + DOC[OFFSET:]
+    spm = [build_fim_prompt(t, OFFSET + d, tiny_tokenizer, fim, context=ctx, order="spm") for t, d in ((DOC, 0), (typed, 1))]
+    psm = [build_fim_prompt(t, OFFSET + d, tiny_tokenizer, fim, context=ctx, order="psm") for t, d in ((DOC, 0), (typed, 1))]
+
+    def shared(a: list[int], b: list[int]) -> int:
+        return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+    assert spm[0].text.endswith(f"{fim.suffix}{DOC[OFFSET:]}{fim.prefix}{DOC[:OFFSET]}{fim.middle}")
+    assert shared(spm[0].ids, spm[1].ids) >= len(spm[0].ids) - 4
+    assert shared(psm[0].ids, psm[1].ids) < len(psm[0].ids) - spm[0].suffix_tokens
