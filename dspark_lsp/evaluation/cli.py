@@ -83,6 +83,9 @@ def add_eval_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="copy a saved run's records for holes whose prompt this run builds the same (e.g. a "
         "--context-window sweep decodes only the holes the window changes)",
     )
+    from dspark_lsp.evaluation.repo_cli import add_repo_arguments
+
+    add_repo_arguments(p)
     p.set_defaults(func=cmd_eval)
 
 
@@ -104,6 +107,10 @@ def _check_args(args: argparse.Namespace) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    if args.repo:
+        from dspark_lsp.evaluation.repo_cli import cmd_repo
+
+        return cmd_repo(args)
     _check_args(args)
     if args.rescore:
         return _cmd_rescore(args)
