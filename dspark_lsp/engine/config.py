@@ -78,8 +78,13 @@ class DecodeConfig:
     # forward (engine.alternates), in slots padding would fill anyway or that the verify cost curve
     # prices below their chance of landing. 0 = the plain chain.
     alternates: int = 3
+    # Prompt tokens per prefill forward; None = the engine's default (decode.PREFILL_CHUNK). A smaller
+    # slice lets a cancel land sooner (a background prefill yields to a real request between slices).
+    prefill_chunk: int | None = None
 
     def validate(self) -> None:
+        if self.prefill_chunk is not None and self.prefill_chunk < 1:
+            raise ValueError("prefill_chunk must be >= 1")
         if self.max_new_tokens < 0:
             raise ValueError("max_new_tokens must be >= 0")
         if self.temperature < 0:

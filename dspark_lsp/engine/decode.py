@@ -42,8 +42,9 @@ from dspark_lsp.engine.scheduler import ConfidenceScheduler
 from dspark_lsp.engine.stats import DecodeStats
 
 # Prefill in slices: bounded attention memory, and a cancelled request stops between slices instead of
-# holding the worker for a whole multi-second prefill. 256 tokens (~1.3 s of fp32 0.5B on 2 cores, the
-# default prompt budget) rather than 128: a 256-token prompt took 1.51 s in two slices, 1.32 s in one.
+# holding the worker for a whole multi-second prefill. 256 tokens (~1.3 s of fp32 0.5B on 2 cores) by
+# default rather than 128: a 256-token prompt took 1.51 s in two slices, 1.32 s in one. A call may ask
+# for smaller slices (DecodeConfig.prefill_chunk: a background prefill that must yield quickly).
 PREFILL_CHUNK = 256
 
 StopFn = Callable[[list[int]], bool]  # generated ids so far -> must generation end now?
@@ -275,13 +276,14 @@ class SpeculativeDecoder:
         output matches it bit for bit); the last slice's last row of logits, or None if cancelled first."""
         prompt = call.prompt
         last_logits: torch.Tensor | None = None
-        for start in range(state.stats.reused_tokens, len(prompt), PREFILL_CHUNK):
+        step = call.config.prefill_chunk or PREFILL_CHUNK
+        for start in range(state.stats.reused_tokens, len(prompt), step):
             # Every slice, the last too: a prompt within one slice (the default 256-token window) was
             # prefilled in full even when cancelled before it started (seconds of a busy worker).
             if call.cancelled():
                 break
             chunk_logits, h = self._forward(
-                prompt[start : start + PREFILL_CHUNK], state.cache, call.config.pad_to, call.want_feats,
+                prompt[start : start + step], state.cache, call.config.pad_to, call.want_feats,
                 last_only=True,
             )
             last_logits = chunk_logits[-1]

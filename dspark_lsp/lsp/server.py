@@ -42,8 +42,10 @@ from dspark_lsp.lsp.framing import Frame, FrameReader
 from dspark_lsp.lsp.loader import READY, ModelManager
 from dspark_lsp.lsp.logs import configure_logging
 from dspark_lsp.lsp.positions import Encoding
+from dspark_lsp.lsp.project import ProjectContext
 from dspark_lsp.lsp.settings import LspSettings
 from dspark_lsp.lsp.stdin import DaemonStdinReader
+from dspark_lsp.lsp.warm import Warmer
 from dspark_lsp.lsp.worker import CompletionWorker, Outcome
 
 log = logging.getLogger(__name__)
@@ -386,6 +388,8 @@ class DSparkServer(LanguageServer):
         self.backend: Backend | None = None
         self._backend_lock = threading.Lock()
         self.docs = DocumentStore()
+        self.project = ProjectContext()  # other files for the prompt (lsp/project.py)
+        self.warmer = Warmer(self)  # prefill ahead of requests (lsp/warm.py)
         self.channel = Channel(self)
         self.executor = SerialExecutor()
         self.models: ModelManager | None = None
@@ -510,6 +514,8 @@ class DSparkServer(LanguageServer):
     def close_session(self) -> None:
         """Release one TCP session without touching the process (never blocks: the loop serves others)."""
         self.channel.closed = True
+        self.warmer.drop_all()
+        self.project.close()
         if self.worker is not None:
             self.worker.cancel_all()
         if self.models is not None:
@@ -519,6 +525,8 @@ class DSparkServer(LanguageServer):
     def shutdown(self) -> None:
         """Stop the transport and release the models (does not wait for a running model load)."""
         self.channel.closed = True
+        self.warmer.drop_all()
+        self.project.close()
         if self.worker is not None:
             self.worker.cancel_all()
         if self.models is not None:

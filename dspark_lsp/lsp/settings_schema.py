@@ -218,6 +218,13 @@ SETTINGS: tuple[Setting, ...] = (
         "workspace folders) into the context.",
     ),
     Setting(
+        "warmUp",
+        "boolean",
+        True,
+        "Prefill the prompt in the background when a document opens, typing pauses or the cursor rests, "
+        "so the next completion there starts from cached work.",
+    ),
+    Setting(
         "fimOrder",
         "string",
         "psm",

@@ -92,6 +92,7 @@ class CompletionWorker:
         self._models = models
         self._executor = executor
         self._active: dict[str, Cancellation] = {}
+        self._warming: threading.Event | None = None  # the background warm-up queued or running
         self.counters: Counter[str] = Counter()
         self.records: deque[_Record] = deque(maxlen=RECENT)
         self.on_done: Callable[[Outcome], None] | None = None
@@ -101,7 +102,33 @@ class CompletionWorker:
         if (old := self._active.pop(uri, None)) is not None:
             old.cancel()
 
+    def warm(self, uri: str, make_request: Callable[[], CompletionRequest]) -> bool:
+        """Loop thread: queue a background prefill of the prompt ``make_request`` builds (lsp/warm.py),
+        unless a completion is active or waiting (it goes first) or the service cannot warm. Any
+        completion request cancels it (``run``). True when queued."""
+        service = self._models.service
+        warm = getattr(service, "warm", None)
+        if self._active or not callable(warm):
+            return False
+        self.cancel_warm()
+        try:
+            request = make_request()
+        except UserError as exc:
+            log.debug("no warm-up for %s: %s", uri, exc)
+            return False
+        event = threading.Event()
+        self._warming = event
+        self.counters["warm"] += 1
+        self._executor.submit(_warm, warm, request, event)
+        return True
+
+    def cancel_warm(self) -> None:
+        if self._warming is not None:
+            self._warming.set()
+            self._warming = None
+
     def cancel_all(self) -> None:
+        self.cancel_warm()
         for cancellation in self._active.values():
             cancellation.cancel()
         self._active.clear()
@@ -115,6 +142,7 @@ class CompletionWorker:
         """Debounce, then complete on the worker thread. Never raises except CancelledError."""
         started = time.perf_counter()
         self.counters["requests"] += 1
+        self.cancel_warm()  # a real request never waits behind a guess
         self.cancel_document(uri)  # cancel-previous: the user typed on, the old answer is stale
         cancellation = Cancellation()
         self._active[uri] = cancellation
@@ -222,3 +250,17 @@ def _complete(service: ServiceLike, request: CompletionRequest, cancel: threadin
     except Exception as exc:  # a decode bug must cost one empty answer, not the server
         log.exception("completion failed")
         return Outcome("error", detail=f"{type(exc).__name__}: {exc}")
+
+
+def _warm(warm: Callable[..., int], request: CompletionRequest, cancel: threading.Event) -> None:
+    """Worker-thread body of a warm-up: a failure costs the warm-up only (logged), never the worker."""
+    if cancel.is_set():
+        return
+    try:
+        t0 = time.perf_counter()
+        tokens = warm(request, cancel)
+        if tokens:
+            log.debug("warmed %d prompt tokens of %s in %.0f ms", tokens, request.doc_key,
+                      (time.perf_counter() - t0) * 1000)
+    except Exception:
+        log.exception("warm-up failed")

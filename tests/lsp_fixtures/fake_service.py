@@ -35,6 +35,11 @@ class FakeConfig:
     draft_model: str | None = None
     threshold: float = 0.9
     max_new_tokens: int = 64
+    # The context settings the language server reads off the config (lsp/project.py, lsp/warm.py).
+    context_budget: int = 0
+    context_open_files: bool = True
+    context_definitions: bool = True
+    warm_up: bool = False
 
     @classmethod
     def from_settings(
@@ -52,6 +57,10 @@ class FakeConfig:
                 cfg.threshold = float(value)
             else:
                 problems.append(f"threshold must be in (0, 1], got {value!r}; using 0.9")
+        for key, name in (("contextBudget", "context_budget"), ("contextOpenFiles", "context_open_files"),
+                          ("contextDefinitions", "context_definitions"), ("warmUp", "warm_up")):
+            if key in settings:
+                setattr(cfg, name, settings[key])
         if "maxNewTokens" in settings:
             value = settings["maxNewTokens"]
             if isinstance(value, int) and value > 0:
@@ -70,6 +79,7 @@ class FakeService:
         self.load_index = load_index
         self.records: list[ServiceRecord] = []
         self.closed = False
+        self.warms: list[str] = []  # "<doc_key>@<offset>" of each warm() call, in order
 
     @classmethod
     def load(
@@ -130,6 +140,11 @@ class FakeService:
                 "doc_key": req.doc_key,
                 "language_id": req.language_id,
                 "rounds": rounds,
+                # What the language server sent of the project (lsp/project.py).
+                "context": ",".join(f"{f.source}:{f.path}" for f in req.context),
+                "repo_name": req.repo_name,
+                "prompt_path": req.prompt_path,
+                "warms": ";".join(self.warms),
             },
         )
         result = CompletionResult(
@@ -143,6 +158,10 @@ class FakeService:
         )
         self.records.append(result.record(req.doc_key))
         return result
+
+    def warm(self, req: CompletionRequest, cancel: threading.Event | None = None) -> int:
+        self.warms.append(f"{req.doc_key}@{req.offset}")
+        return len(req.text)
 
     def update_config(self, config: FakeConfig) -> None:
         self.config = config

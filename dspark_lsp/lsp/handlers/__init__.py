@@ -9,7 +9,15 @@ if TYPE_CHECKING:
 
 
 def register_all(server: DSparkServer) -> None:
-    from dspark_lsp.lsp.handlers import completion, configuration, documents, feedback, lifecycle, stats
+    from dspark_lsp.lsp.handlers import (
+        completion,
+        configuration,
+        documents,
+        feedback,
+        lifecycle,
+        stats,
+        workspace,
+    )
 
-    for module in (lifecycle, documents, configuration, completion, feedback, stats):
+    for module in (lifecycle, documents, workspace, configuration, completion, feedback, stats):
         module.register(server)

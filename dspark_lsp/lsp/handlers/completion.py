@@ -22,6 +22,7 @@ from dspark_lsp.lsp.positions import PositionError, dominant_line_ending, offset
 from dspark_lsp.lsp.worker import Outcome
 
 if TYPE_CHECKING:
+    from dspark_lsp.lsp.backend import Backend
     from dspark_lsp.lsp.server import DSparkServer
 
 log = logging.getLogger(__name__)
@@ -61,13 +62,37 @@ def resolve_cursor(server: DSparkServer, uri: str, position: types.Position) -> 
         return None
     # A character past the line end was clamped: answer at the real spot, not the one sent.
     line, character = offset_to_position(doc.text, full_offset, encoding=server.encoding, starts=doc.starts)
-    text, offset = doc.text, full_offset
+    text, offset = windowed(doc.text, full_offset)
+    return Cursor(
+        uri, text, offset, line, character, dominant_line_ending(doc.text[:200_000]), doc.language_id
+    )
+
+
+def windowed(text: str, offset: int) -> tuple[str, int]:
+    """The text the service sees of a huge document: a window around the cursor, moving in steps."""
     if len(text) > MAX_PREFIX_CHARS + MAX_SUFFIX_CHARS:
         start = max(0, (offset - MAX_PREFIX_CHARS) // WINDOW_STEP * WINDOW_STEP)
         end = min(len(text), offset + MAX_SUFFIX_CHARS)
         text, offset = text[start:end], offset - start
-    return Cursor(
-        uri, text, offset, line, character, dominant_line_ending(doc.text[:200_000]), doc.language_id
+    return text, offset
+
+
+def request_at(
+    server: DSparkServer, backend: Backend, uri: str, text: str, offset: int, language_id: str | None
+) -> CompletionRequest:
+    """The service request for a completion at ``offset`` of the (windowed) ``text`` of ``uri``, with the
+    project's context for it. Completions and background warm-ups build it the same way, so a warm-up
+    prefills exactly the prompt the request will use."""
+    project = server.project.for_request(uri, text, offset, language_id, server.config)
+    return backend.make_request(
+        text=text,
+        offset=offset,
+        language_id=language_id,
+        path=_path_of(uri),
+        doc_key=uri,
+        context=project.context,
+        repo_name=project.repo_name,
+        prompt_path=project.prompt_path,
     )
 
 
@@ -79,13 +104,10 @@ async def complete_at(server: DSparkServer, cursor: Cursor, *, explicit: bool) -
         return Outcome("not_ready", detail="not initialized")
 
     def make_request() -> CompletionRequest:
-        return backend.make_request(
-            text=cursor.text,
-            offset=cursor.offset,
-            language_id=cursor.language_id,
-            path=_path_of(cursor.uri),
-            doc_key=cursor.uri,
-        )
+        # After the debounce: the context is gathered only for requests that will run.
+        return request_at(server, backend, cursor.uri, cursor.text, cursor.offset, cursor.language_id)
+
+    server.warmer.drop(cursor.uri)  # this request pays for its own prompt
 
     # An explicit invocation (a keybinding) skips the debounce: the user asked and is waiting.
     debounce = 0 if explicit else server.lsp_settings.debounce_ms

@@ -13,6 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
 
+from dspark_lsp.lsp.positions import PositionError
+from dspark_lsp.lsp.warm import CURSOR_DELAY_S, CURSOR_METHOD, OPEN_DELAY_S, PAUSE_S, cursor_params, end_of
+
 if TYPE_CHECKING:
     from dspark_lsp.lsp.server import DSparkServer
 
@@ -50,6 +53,8 @@ def register(server: DSparkServer) -> None:
     def did_open(params: types.DidOpenTextDocumentParams) -> None:
         doc = params.text_document
         server.docs.open(doc.uri, doc.text, doc.version, doc.language_id)
+        server.project.opened(doc.uri, doc.text, doc.language_id)
+        server.warmer.schedule(doc.uri, end_of, OPEN_DELAY_S)
         log.debug("opened %s (%s, %d chars)", doc.uri, doc.language_id, len(doc.text))
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
@@ -65,13 +70,24 @@ def register(server: DSparkServer) -> None:
                 changes.append(((r.start.line, r.start.character, r.end.line, r.end.character), change.text))
             else:
                 changes.append((None, change.text))
-        server.docs.change(uri, params.text_document.version, changes, server.encoding)
+        changed = server.docs.change(uri, params.text_document.version, changes, server.encoding)
+        if changed is not None:
+            last = next(((rng, new) for rng, new in reversed(changes) if rng is not None), None)
+            server.project.changed(uri, changed.text, changed.language_id, last[0][0] if last else None)
+            # Where the last edit ended: positions before its start are the same after it.
+            at = end_of(changed.text)
+            if last is not None:
+                (l0, c0, _, _), new = last
+                at = changed.offset_at(l0, c0, server.encoding, strict=False) + len(new)
+            server.warmer.schedule(uri, at, PAUSE_S)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(params: types.DidCloseTextDocumentParams) -> None:
         uri = params.text_document.uri
         if server.worker is not None:
             server.worker.cancel_document(uri)
+        server.project.closed(uri)
+        server.warmer.drop(uri)
         if not server.docs.close(uri):
             log.debug("didClose for a document that was not open: %s", uri)
         # The service's per-document caches go with the document (a fake service may not have them),
@@ -80,6 +96,21 @@ def register(server: DSparkServer) -> None:
         forget = getattr(service, "forget", None)
         if callable(forget):
             server.executor.submit(_forget, forget, uri)
+
+    @server.feature(CURSOR_METHOD)
+    def cursor(params: Any) -> None:
+        """Our clients' hint that the cursor rests at a position: warm the prompt there."""
+        parsed = cursor_params(params)
+        doc = server.docs.get(parsed[0]) if parsed is not None else None
+        if parsed is None or doc is None:
+            log.debug("dspark/cursor ignored: %r", params)
+            return
+        uri, line, character = parsed
+        try:
+            at = doc.offset_at(line, character, server.encoding, strict=False)
+        except PositionError:
+            return
+        server.warmer.schedule(uri, at, CURSOR_DELAY_S)
 
     @server.feature(DOCUMENT_TEXT_METHOD)
     def document_text_request(params: Any) -> dict[str, Any] | None:

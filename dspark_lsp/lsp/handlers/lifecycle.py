@@ -10,6 +10,7 @@ from lsprotocol import types
 from pygls.capabilities import ServerCapabilitiesBuilder
 
 from dspark_lsp.lsp.handlers.configuration import apply_settings
+from dspark_lsp.lsp.handlers.workspace import folders_of, set_folders
 from dspark_lsp.lsp.positions import normalize_encoding
 from dspark_lsp.lsp.settings import section_of
 
@@ -31,6 +32,7 @@ def register(server: DSparkServer) -> None:
         if options is not None and section is None:
             log.warning("initializationOptions is not an object; ignoring it")
         server.init_options = section or {}
+        set_folders(server, folders_of(params))
         client = params.client_info.name if params.client_info else "unknown client"
         log.info("initialize from %s; position encoding %s", client, server.encoding)
 

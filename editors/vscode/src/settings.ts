@@ -23,6 +23,7 @@ export interface ScalarSettings {
   contextBudget: number;
   contextOpenFiles: boolean;
   contextDefinitions: boolean;
+  warmUp: boolean;
   relaxed: boolean;
   debounceMs: number;
   multiline: Multiline;
@@ -68,6 +69,7 @@ export const DEFAULT_SETTINGS: Readonly<ScalarSettings> = Object.freeze({
   contextBudget: 0,
   contextOpenFiles: true,
   contextDefinitions: true,
+  warmUp: true,
   relaxed: false,
   debounceMs: 150,
   multiline: "auto",
@@ -128,6 +130,7 @@ const CHECKS: Record<keyof ScalarSettings, [Check, string]> = {
   contextBudget: [inRange(0, 8192, true), "an integer in [0, 8192]"],
   contextOpenFiles: [isBool, "true or false"],
   contextDefinitions: [isBool, "true or false"],
+  warmUp: [isBool, "true or false"],
   relaxed: [isBool, "true or false"],
   debounceMs: [inRange(0, 5000, true), "an integer in [0, 5000] (milliseconds)"],
   multiline: [(v) => v === "auto" || v === "always" || v === "never", '"auto", "always" or "never"'],
