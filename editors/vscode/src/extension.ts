@@ -28,6 +28,9 @@ const STATS_REQUEST = "dspark/stats";
 // Feedback the server counts in dspark/stats (dspark_lsp/lsp/handlers/feedback.py).
 const DID_SHOW = "textDocument/didShowCompletion";
 const DID_ACCEPT = "dspark/didAcceptCompletion";
+/** Where the cursor rests (the server prefills the prompt there in the background). */
+const CURSOR = "dspark/cursor";
+const CURSOR_REST_MS = 250;
 
 type InlineResult = vscode.InlineCompletionItem[] | vscode.InlineCompletionList | null | undefined;
 
@@ -66,6 +69,7 @@ export class DsparkController implements vscode.Disposable {
   private reportedProblems = new Set<string>();
   /** Typing speed in the active editor, for the adaptive wait before an automatic request. */
   readonly typing = new TypingSpeed();
+  private cursorTimer: ReturnType<typeof setTimeout> | undefined;
 
   constructor() {
     this.output = vscode.window.createOutputChannel("DSpark", { log: true });
@@ -227,6 +231,24 @@ export class DsparkController implements vscode.Disposable {
     }
   }
 
+  /** The cursor moved: once it has rested CURSOR_REST_MS, tell the server where (an empty selection only). */
+  onCursorMoved(e: vscode.TextEditorSelectionChangeEvent): void {
+    if (this.cursorTimer !== undefined) {
+      clearTimeout(this.cursorTimer);
+    }
+    const selection = e.selections[0];
+    const client = this.client;
+    if (!selection || !selection.isEmpty || !client?.isRunning() || e.textEditor.document.uri.scheme !== "file") {
+      return;
+    }
+    const uri = e.textEditor.document.uri.toString();
+    const position = { line: selection.active.line, character: selection.active.character };
+    this.cursorTimer = setTimeout(() => {
+      this.cursorTimer = undefined;
+      void client.sendNotification(CURSOR, { textDocument: { uri }, position }).catch(() => undefined);
+    }, CURSOR_REST_MS);
+  }
+
   /** A text change: a single small edit in the active editor is a keystroke for the typing speed. */
   onDocumentChanged(e: vscode.TextDocumentChangeEvent): void {
     const active = vscode.window.activeTextEditor?.document;
@@ -316,6 +338,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<Dspark
     vscode.commands.registerCommand(COMMANDS.showStats, () => c.showStats()),
     vscode.commands.registerCommand(COMMANDS.accepted, (uri: unknown, text: unknown) => c.accepted(uri, text)),
     vscode.workspace.onDidChangeTextDocument((e) => c.onDocumentChanged(e)),
+    vscode.window.onDidChangeTextEditorSelection((e) => c.onCursorMoved(e)),
     vscode.workspace.onDidChangeConfiguration((e) => c.onConfigurationChanged(e)),
   );
   await c.start();

@@ -24,7 +24,8 @@ test("defaults match docs/ARCHITECTURE.md", () => {
   assert.deepEqual(problems, []);
   assert.deepEqual(settings, {
     enable: true, model: "default", draftModel: null, device: "auto", dtype: "auto", packWeights: "auto", threshold: 0.9,
-    kMin: 1, kMax: 5, alternates: 3, maxNewTokens: 64, contextWindow: 256, prefixShare: 0.75, relaxed: false,
+    kMin: 1, kMax: 5, alternates: 3, maxNewTokens: 64, contextWindow: 256, prefixShare: 0.75, contextBudget: 0,
+    contextOpenFiles: true, contextDefinitions: true, warmUp: true, relaxed: false,
     debounceMs: 150, multiline: "auto", backend: null,
   });
 });

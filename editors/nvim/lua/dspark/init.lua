@@ -345,6 +345,20 @@ function M.setup(opts)
       end,
     })
   end
+  -- Where the cursor rests (CursorHold: 'updatetime' without a key): the server prefills the prompt
+  -- there in the background, so the first completion at that spot starts from cached work.
+  vim.api.nvim_create_autocmd({ "CursorHold", "CursorHoldI" }, {
+    group = group,
+    callback = function(args)
+      local c = client.client()
+      if enabled and c and vim.lsp.buf_is_attached(args.buf, client.id) then
+        local ok, params = pcall(vim.lsp.util.make_position_params, 0, c.offset_encoding or "utf-16")
+        if ok then
+          pcall(compat.notify, c, "dspark/cursor", params)
+        end
+      end
+    end,
+  })
   -- Buffers opened before setup() ran (a plugin manager loading lazily) get attached too.
   for _, bufnr in ipairs(vim.api.nvim_list_bufs()) do
     if vim.api.nvim_buf_is_loaded(bufnr) and vim.tbl_contains(cfg.filetypes, vim.bo[bufnr].filetype) then
