@@ -101,3 +101,21 @@ def test_report_reads_each_requests_figures_through_the_contract() -> None:
     assert rep.service["prefill_tokens"] == 40.0 and rep.service["target_forwards"] == 9.0
     assert rep.service["latency_ms"] == 45.5  # 90 and 1: the malformed record has none
     assert rep.service["from_cache"] == 2  # a flag is read as a flag even beside a malformed figure
+
+
+@pytest.mark.timeout(60)
+def test_replay_with_open_files_warm_up_and_a_first_completion(tmp_path: Path) -> None:
+    """Other files stay open beside the typed one, the folder is the workspace, and the first completion
+    after the open is asked once the background warm-up had time to run (the fake service's warm)."""
+    others = []
+    for i in range(3):
+        other = tmp_path / f"other{i}.py"
+        other.write_text(f"def helper_{i}(name):\n    return name * {i}\n", encoding="utf-8")
+        others.append(other)
+    cfg = config(tmp_path, open_files=tuple(others), workspace=tmp_path, first_after_s=0.5, max_chars=20,
+                 settings={"contextBudget": 256, "warmUp": True})
+    report = run_replay(cfg)
+    assert report.open_documents == 4  # the replay's document and the three left open
+    assert report.first_ms is not None and report.first_ms >= 0
+    assert report.warm["queued"] >= 1 and report.warm["finished"] >= 1
+    assert report.requests >= 2  # the first completion and at least one at a pause

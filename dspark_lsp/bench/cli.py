@@ -72,6 +72,18 @@ def _add_lsp_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--lsp-no-compare", action="store_true", help="--lsp: only the run with prefix reuse on")
     p.add_argument(
+        "--lsp-open", type=int, default=0,
+        help="--lsp: open N sibling files of the typed file first and keep them open (its folder is the workspace)",
+    )
+    p.add_argument(
+        "--lsp-context", type=int, default=None, metavar="TOKENS",
+        help="--lsp: the contextBudget setting (other files' tokens in the prompt; default: the server's)",
+    )
+    p.add_argument(
+        "--lsp-first-after", type=float, default=None, metavar="S",
+        help="--lsp: S seconds after opening the file (its background warm-up), ask once: the first completion",
+    )
+    p.add_argument(
         "--backend-url",
         default=None,
         metavar="URL",

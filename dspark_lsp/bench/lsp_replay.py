@@ -46,6 +46,13 @@ class ReplayConfig:
     word_pause_prob: float = 0.15  # chance of a pause after a word; always at a line end
     patience_s: float = 0.0  # > 0: at a pause, also wait up to this long for the suggestion to show
     extra_documents: int = 0  # other documents opened, completed in once and closed first (memory)
+    # Other files opened before the replay's document and left open (the prompt's context may use them),
+    # and the workspace folder the client names (None: no folder, nothing read from disk).
+    open_files: tuple[Path, ...] = ()
+    workspace: Path | None = None
+    # >= 0: after opening the replay's document, wait this long (its background warm-up runs), then ask
+    # once at the cursor: the first completion after a file is opened (report.first_ms).
+    first_after_s: float | None = None
     time_scale: float = 1.0  # < 1 speeds the whole replay up (tests)
     seed: int = 0
     load_timeout_s: float = 600.0
@@ -69,6 +76,8 @@ class ReplayReport:
     wall_s: float
     service: dict[str, Any] = field(default_factory=dict)  # mean of the service's own per-request figures
     open_documents: int = 0  # documents the server still holds at the end (1 = no leak)
+    first_ms: float | None = None  # the first completion after the file opened (first_after_s)
+    warm: dict[str, Any] = field(default_factory=dict)  # the server's background warm-ups (dspark/stats)
 
 
 class RpcError(RuntimeError):
@@ -223,93 +232,29 @@ def typing_plan(text: str, cfg: ReplayConfig) -> list[tuple[str, float, float]]:
 
 def run_replay(cfg: ReplayConfig, *, label: str = "replay") -> ReplayReport:
     """Type the file into the server and report latency, cancellations and memory."""
-    try:
-        source = cfg.file.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"cannot read {cfg.file}: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise UserError(f"{cfg.file} is not UTF-8 text") from exc
-    if not source.strip():
-        raise UserError(f"{cfg.file} is empty")
+    source = _read_source(cfg.file)
     plan = typing_plan(source, cfg)
-    start = int(len(source) * cfg.start_fraction)
-    text = source[:start]
-    uri = cfg.file.resolve().as_uri()
+    text = source[: int(len(source) * cfg.start_fraction)]
     from dspark_lsp.syntax import detect_language
 
     language = detect_language(str(cfg.file), None) or "plaintext"
-
     client = StdioClient(cfg.server_command, cfg.log_file)
     started = time.monotonic()
+    first_ms: float | None = None
     try:
-        init = client.request(
-            "initialize",
-            {
-                "processId": os.getpid(),
-                "rootUri": None,
-                "capabilities": {"window": {"workDoneProgress": True}},
-                # The replay asks only at pauses (an editor after its own debounce), so no server debounce.
-                "initializationOptions": {"dspark": {"debounceMs": 0, **cfg.settings}},
-            },
-        )
-        init.result(timeout=60)
-        client.notify("initialized", {})
-        status = client.wait_status({"ready", "error", "disabled"}, cfg.load_timeout_s)
-        if status["state"] != "ready":
-            raise UserError(f"the server is not ready: {status.get('state')}: {status.get('message', '')}")
+        _initialize(client, cfg)
         if cfg.extra_documents > 0:
             _churn_documents(client, cfg, source, language)
-        version = 1
-        client.notify(
-            "textDocument/didOpen",
-            {"textDocument": {"uri": uri, "languageId": language, "version": version, "text": text}},
-        )
-        line = text.count("\n")
-        col = _utf16_len(text[text.rfind("\n") + 1 :])
-        pending: list[Future[Any]] = []
-        for ch, delay, pause in plan:
-            time.sleep(delay * cfg.time_scale)
-            version += 1
-            client.notify(
-                "textDocument/didChange",
-                {
-                    "textDocument": {"uri": uri, "version": version},
-                    "contentChanges": [
-                        {
-                            "range": {
-                                "start": {"line": line, "character": col},
-                                "end": {"line": line, "character": col},
-                            },
-                            "text": ch,
-                        }
-                    ],
-                },
-            )
-            text += ch
-            if ch == "\n":
-                line, col = line + 1, 0
-            else:
-                col += _utf16_len(ch)
-            if pause > 0:
-                paused_at = time.monotonic()
-                pending.append(
-                    client.request(
-                        "textDocument/inlineCompletion",
-                        {
-                            "textDocument": {"uri": uri},
-                            "position": {"line": line, "character": col},
-                            "context": {"triggerKind": 2},
-                        },
-                    )
-                )
-                if cfg.patience_s > 0:
-                    try:
-                        pending[-1].result(timeout=cfg.patience_s * cfg.time_scale)
-                    except Exception:
-                        pass  # not answered in time (or cancelled): the typist goes on
-                left = pause * cfg.time_scale - (time.monotonic() - paused_at)
-                if left > 0:
-                    time.sleep(left)
+        for path in cfg.open_files:
+            _open(client, path.resolve().as_uri(), _read_source(path), detect_language(str(path), None) or language)
+        doc = _Typed(cfg.file.resolve().as_uri(), text)
+        _open(client, doc.uri, text, language)
+        if cfg.first_after_s is not None:
+            time.sleep(cfg.first_after_s)
+            t0 = time.monotonic()
+            _ask(client, doc, trigger=1).result(timeout=cfg.load_timeout_s)
+            first_ms = round((time.monotonic() - t0) * 1000, 1)
+        pending = _type(client, cfg, doc, plan)
         for future in pending:
             try:
                 future.result(timeout=120)
@@ -318,7 +263,100 @@ def run_replay(cfg: ReplayConfig, *, label: str = "replay") -> ReplayReport:
         stats = client.request("dspark/stats", {}).result(timeout=30)
     finally:
         client.close()
-    return _report(label, stats, len(plan), time.monotonic() - started)
+    report = _report(label, stats, len(plan), time.monotonic() - started)
+    report.first_ms = first_ms
+    return report
+
+
+def _read_source(path: Path) -> str:
+    try:
+        source = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path} is not UTF-8 text") from exc
+    if not source.strip():
+        raise UserError(f"{path} is empty")
+    return source
+
+
+def _initialize(client: StdioClient, cfg: ReplayConfig) -> None:
+    root = cfg.workspace.resolve() if cfg.workspace is not None else None
+    init = client.request(
+        "initialize",
+        {
+            "processId": os.getpid(),
+            "rootUri": root.as_uri() if root else None,
+            "workspaceFolders": [{"uri": root.as_uri(), "name": root.name}] if root else None,
+            "capabilities": {"window": {"workDoneProgress": True}},
+            # The replay asks only at pauses (an editor after its own debounce), so no server debounce.
+            "initializationOptions": {"dspark": {"debounceMs": 0, **cfg.settings}},
+        },
+    )
+    init.result(timeout=60)
+    client.notify("initialized", {})
+    status = client.wait_status({"ready", "error", "disabled"}, cfg.load_timeout_s)
+    if status["state"] != "ready":
+        raise UserError(f"the server is not ready: {status.get('state')}: {status.get('message', '')}")
+
+
+def _open(client: StdioClient, uri: str, text: str, language: str) -> None:
+    client.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": language, "version": 1,
+                                                            "text": text}})
+
+
+@dataclass
+class _Typed:
+    """The replay's document as typed so far, and its cursor (LSP line, UTF-16 column)."""
+
+    uri: str
+    text: str
+    version: int = 1
+    line: int = 0
+    col: int = 0
+
+    def __post_init__(self) -> None:
+        self.line = self.text.count("\n")
+        self.col = _utf16_len(self.text[self.text.rfind("\n") + 1 :])
+
+    def type(self, ch: str) -> dict[str, Any]:
+        """The didChange params of typing ``ch`` at the cursor (then moved past it)."""
+        self.version += 1
+        at = {"line": self.line, "character": self.col}
+        self.text += ch
+        if ch == "\n":
+            self.line, self.col = self.line + 1, 0
+        else:
+            self.col += _utf16_len(ch)
+        return {"textDocument": {"uri": self.uri, "version": self.version},
+                "contentChanges": [{"range": {"start": at, "end": at}, "text": ch}]}
+
+
+def _ask(client: StdioClient, doc: _Typed, trigger: int = 2) -> Future[Any]:
+    return client.request("textDocument/inlineCompletion", {
+        "textDocument": {"uri": doc.uri}, "position": {"line": doc.line, "character": doc.col},
+        "context": {"triggerKind": trigger}})
+
+
+def _type(client: StdioClient, cfg: ReplayConfig, doc: _Typed, plan: list[tuple[str, float, float]]) -> list[Future[Any]]:
+    """Type the plan; at each pause ask once (an editor's automatic request after its debounce)."""
+    pending: list[Future[Any]] = []
+    for ch, delay, pause in plan:
+        time.sleep(delay * cfg.time_scale)
+        client.notify("textDocument/didChange", doc.type(ch))
+        if pause <= 0:
+            continue
+        paused_at = time.monotonic()
+        pending.append(_ask(client, doc))
+        if cfg.patience_s > 0:
+            try:
+                pending[-1].result(timeout=cfg.patience_s * cfg.time_scale)
+            except Exception:
+                pass  # not answered in time (or cancelled): the typist goes on
+        left = pause * cfg.time_scale - (time.monotonic() - paused_at)
+        if left > 0:
+            time.sleep(left)
+    return pending
 
 
 def _churn_documents(client: StdioClient, cfg: ReplayConfig, source: str, language: str) -> None:
@@ -398,6 +436,7 @@ def _report(label: str, stats: dict[str, Any], typed: int, wall: float) -> Repla
         wall_s=round(wall, 1),
         service=service,
         open_documents=int(stats.get("documents", 0)),
+        warm=dict(stats.get("warm", {})),
     )
 
 

@@ -476,8 +476,13 @@ def _run_lsp(args: argparse.Namespace) -> int:
     file = Path(args.lsp_file) if args.lsp_file else Path(__file__).resolve().parents[1] / "prompt.py"
     if not file.is_file():
         raise UserError(f"{file}: no such file to replay")
+    if args.lsp_context is not None:
+        settings["contextBudget"] = args.lsp_context
+    siblings = sorted(p for p in file.parent.glob(f"*{file.suffix}") if p.is_file() and p.resolve() != file.resolve())
     cfg = ReplayConfig(
-        file=file, settings=settings, max_chars=args.lsp_chars, seed=args.seed, extra_documents=args.lsp_documents
+        file=file, settings=settings, max_chars=args.lsp_chars, seed=args.seed, extra_documents=args.lsp_documents,
+        open_files=tuple(siblings[: args.lsp_open]), workspace=file.parent if args.lsp_open > 0 else None,
+        first_after_s=args.lsp_first_after,
     )
     report: dict[str, Any] = compare_reuse(cfg) if not args.lsp_no_compare else asdict(run_replay(cfg))
     report["file"] = str(file)

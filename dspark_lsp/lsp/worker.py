@@ -93,6 +93,7 @@ class CompletionWorker:
         self._executor = executor
         self._active: dict[str, Cancellation] = {}
         self._warming: threading.Event | None = None  # the background warm-up queued or running
+        self.warm_log: deque[tuple[int, float]] = deque(maxlen=RECENT)  # (tokens, ms) of finished warm-ups
         self.counters: Counter[str] = Counter()
         self.records: deque[_Record] = deque(maxlen=RECENT)
         self.on_done: Callable[[Outcome], None] | None = None
@@ -119,8 +120,17 @@ class CompletionWorker:
         event = threading.Event()
         self._warming = event
         self.counters["warm"] += 1
-        self._executor.submit(_warm, warm, request, event)
+        job = self._executor.submit(_warm, warm, request, event)
+        job.add_done_callback(self._warm_done)
         return True
+
+    def _warm_done(self, job: Future[Any]) -> None:
+        """Worker thread: what a warm-up did, for dspark/stats' "warm" (the replay reports it)."""
+        if job.cancelled() or job.exception() is not None:
+            return
+        tokens, ms = job.result()
+        if tokens:
+            self.warm_log.append((tokens, ms))
 
     def cancel_warm(self) -> None:
         if self._warming is not None:
@@ -217,9 +227,13 @@ class CompletionWorker:
         except RuntimeError:  # shut down meanwhile
             pass
 
+    def _warm_stats(self) -> dict[str, Any]:
+        return _warm_stats_of(self.warm_log, self.counters["warm"])
+
     def stats(self) -> dict[str, Any]:
         return {
             "counters": dict(self.counters),
+            "warm": self._warm_stats(),
             "requests": [r.as_dict() for r in self.records],
             "peakRssKb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
             "mallocTrim": {
@@ -228,6 +242,13 @@ class CompletionWorker:
                 "ms": round(memory.totals["seconds"] * 1000, 1),
             },
         }
+
+
+def _warm_stats_of(log_: deque[tuple[int, float]], queued: int) -> dict[str, Any]:
+    done = list(log_)
+    ms = sorted(m for _, m in done)
+    return {"queued": queued, "finished": len(done), "tokens": sum(t for t, _ in done),
+            "p50Ms": round(ms[len(ms) // 2], 1) if ms else None, "maxMs": round(ms[-1], 1) if ms else None}
 
 
 def _trim_when_idle(executor: Executor) -> None:
@@ -252,15 +273,18 @@ def _complete(service: ServiceLike, request: CompletionRequest, cancel: threadin
         return Outcome("error", detail=f"{type(exc).__name__}: {exc}")
 
 
-def _warm(warm: Callable[..., int], request: CompletionRequest, cancel: threading.Event) -> None:
-    """Worker-thread body of a warm-up: a failure costs the warm-up only (logged), never the worker."""
+def _warm(warm: Callable[..., int], request: CompletionRequest, cancel: threading.Event) -> tuple[int, float]:
+    """Worker-thread body of a warm-up: (tokens prefilled, ms). A failure costs the warm-up only (logged),
+    never the worker."""
     if cancel.is_set():
-        return
+        return 0, 0.0
+    t0 = time.perf_counter()
     try:
-        t0 = time.perf_counter()
-        tokens = warm(request, cancel)
-        if tokens:
-            log.debug("warmed %d prompt tokens of %s in %.0f ms", tokens, request.doc_key,
-                      (time.perf_counter() - t0) * 1000)
+        tokens = int(warm(request, cancel))
     except Exception:
         log.exception("warm-up failed")
+        return 0, 0.0
+    ms = (time.perf_counter() - t0) * 1000
+    if tokens:
+        log.debug("warmed %d prompt tokens of %s in %.0f ms", tokens, request.doc_key, ms)
+    return tokens, ms
