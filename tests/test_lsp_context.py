@@ -67,7 +67,7 @@ async def record_of(client: LanguageClient, uri: str | None, line: int = 0, char
 
 
 async def test_open_documents_feed_the_prompt_and_closing_drops_them(client: LanguageClient, tmp_path: Path) -> None:
-    await start(client, tmp_path, contextBudget=1024)
+    await start(client, tmp_path, contextBudget=1024, contextDefinitions=False)
     helper, main = (tmp_path / "pkg" / "helper.py").as_uri(), (tmp_path / "pkg" / "main.py").as_uri()
     open_doc(client, helper, HELPER)
     open_doc(client, main, MAIN)
