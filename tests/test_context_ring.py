@@ -93,3 +93,13 @@ def test_query_ignores_the_cursor_line() -> None:
     off = gather_context(doc, len(doc), "cur.py", "python", ring=ring, lookup=None,
                          settings=ContextSettings(open_files=False, definitions=False), budget_tokens=600)
     assert off == ()
+
+
+def test_a_huge_document_is_chunked_from_its_head_only() -> None:
+    from dspark_lsp.context.ring import MAX_CHARS
+
+    ring = ChunkRing()
+    huge = block("alpha") * (MAX_CHARS // len(block("alpha")) + 50) + block("omega")
+    ring.observe("huge.log", huge, None)
+    assert len(ring) <= RingLimits().chunks_per_file
+    assert all("omega" not in c.text for c in ring._chunks["huge.log"])

@@ -10,6 +10,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+# An open document larger than this is not parsed for definitions (a generated or data file; parsing it
+# on every completion would cost more than its outline could give).
+MAX_OPEN_CHARS = 512 * 1024
+
 
 class OpenDocumentsLookup:
     def __init__(self, open_docs: Mapping[Path, str], workspace: Any | None, roots: Sequence[Path] = ()) -> None:
@@ -29,7 +33,7 @@ class OpenDocumentsLookup:
     def read(self, path: Path | str) -> str | None:
         text = self._open.get(self._key(path))
         if text is not None:
-            return text
+            return text if len(text) <= MAX_OPEN_CHARS else None
         return self._workspace.read(path) if self._workspace is not None else None
 
     def relative(self, path: Path | str) -> str:

@@ -26,6 +26,9 @@ CHUNK_LINES = 32
 # out on purpose: it changes on every keystroke, and the choice of chunks should not.
 QUERY_LINES = 32
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{2,}")
+# A document larger than this is chunked from its first MAX_CHARS only: chunking runs on the server's
+# event loop, and a 50 MB log file open in the editor must not stall it (nor would its chunks help).
+MAX_CHARS = 1_000_000
 
 
 def identifiers(text: str) -> frozenset[str]:
@@ -62,7 +65,7 @@ class ChunkRing:
         """The document at ``path`` is open with ``text`` (opened, or changed: its chunks are replaced).
         ``edited_line``: where the user just edited; that chunk ranks above the others of its file, and
         when the file has more chunks than a file may keep, the kept ones are those nearest to it."""
-        lines = text.splitlines(keepends=True)
+        lines = text[:MAX_CHARS].splitlines(keepends=True)
         starts = list(range(0, len(lines), CHUNK_LINES))
         keep = self.limits.chunks_per_file
         if len(starts) > keep:
