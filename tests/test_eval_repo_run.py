@@ -19,6 +19,7 @@ from dspark_lsp.errors import UserError
 from dspark_lsp.evaluation.repo_fetch import DONE_MARK, Manifest, Package, unpack_dir
 from dspark_lsp.evaluation.repo_imports import PackageTree
 from dspark_lsp.evaluation.repo_peer import PeerAnswer
+from dspark_lsp.evaluation.repo_report import _main as repo_report_main
 from dspark_lsp.evaluation.repo_report import make_record, score, summarise
 from dspark_lsp.evaluation.repo_run import PEER, RepoRunConfig, interleave, run_set
 from dspark_lsp.evaluation.repo_set import Hole, file_holes
@@ -113,19 +114,33 @@ def test_variants_reach_the_service_with_their_budgets_and_context(
     assert "| +open | 1.000 | 1.000 |" in (tmp_path / "out/table.md").read_text()
 
 
-def test_a_second_pass_adds_only_missing_pairs(fetched: tuple[Manifest, Path, list[Hole]], tmp_path: Path) -> None:
+def test_a_second_pass_adds_only_missing_pairs(
+    fetched: tuple[Manifest, Path, list[Hole]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     manifest, cache, holes = fetched
-    settings = {"model": "fake", "service": {}}
+    settings: dict[str, object] = {"model": "fake", "service": {}, "variants": {"today": {}},
+                                   "passes": [{"variants": ["today"]}]}  # fmt: skip
     first = FakeService(targets=_targets(holes))
     run_set(first, first.config, manifest, cache, [("python", h) for h in holes],
             RepoRunConfig(["today"], peer_after=None, out=tmp_path), settings)  # fmt: skip
     second = FakeService(targets=_targets(holes))
+    settings = {"model": "fake", "service": {}, "variants": {"window": {}}, "passes": [{"variants": ["window"]}]}
     report = run_set(second, second.config, manifest, cache, [("python", h) for h in holes],
                      RepoRunConfig(["today", "window"], peer_after=None, out=tmp_path), settings)  # fmt: skip
     assert len(second.requests) == 2  # only "window", once a hole
     assert sorted((r["hole"], r["method"]) for r in report["records"]) == sorted(
         (h.id, m) for h in holes for m in ("today", "window")
     )
+    third = FakeService(targets=_targets(holes))
+    settings = {"model": "fake", "service": {}, "variants": {"+open": {}}, "passes": [{"variants": ["+open"]}]}
+    report = run_set(third, third.config, manifest, cache, [("python", holes[0])],
+                     RepoRunConfig(["+open"], peer_after=None, out=tmp_path), settings)  # fmt: skip
+    assert report["methods"] == ["today", "window", "+open"]  # earlier passes' methods stay in the table
+    assert report["summary"]["python"]["today"]["n"] == 1  # the holes all three answered
+    assert len(settings["passes"]) == 3 and set(settings["variants"]) == {"today", "window", "+open"}
+    assert repo_report_main([str(tmp_path / "report.json"), "--methods", "today,window"]) == 0
+    assert "### python (2 holes)" in capsys.readouterr().out
+    assert repo_report_main([str(tmp_path / "report.json"), "--methods", "all"]) == 2
     with pytest.raises(UserError, match="another model"):
         run_set(second, second.config, manifest, cache, [], RepoRunConfig(["today"], out=tmp_path),
                 {"model": "other", "service": {}})  # fmt: skip

@@ -7,8 +7,12 @@ ends stripped (the editor shows ``f(a,  b)`` and ``f(a, b)`` alike; a model is n
 
 from __future__ import annotations
 
+import argparse
+import json
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from dspark_lsp.evaluation.metrics import edit_distance, percentile
@@ -111,3 +115,28 @@ def markdown(summary: dict[str, dict[str, Any]], methods: Sequence[str]) -> str:
             lines.append(f"| {m} | {c['em']:.3f} | {c['es']:.3f} | {latency} | {tokens} | {c['with_context']} |")
         lines.append("")
     return "\n".join(lines)
+
+
+def _main(argv: list[str] | None = None) -> int:
+    """Re-tabulate a saved report over chosen methods (each table then covers the holes they all ran)."""
+    ap = argparse.ArgumentParser(prog="python -m dspark_lsp.evaluation.repo_report")
+    ap.add_argument("report", help="an `eval --repo` report.json")
+    ap.add_argument("--methods", required=True, help="comma-separated, e.g. today,window")
+    args = ap.parse_args(argv)
+    try:
+        saved = json.loads(Path(args.report).read_text(encoding="utf-8"))
+        records = [Record(**r) for r in saved["records"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"repo_report: {args.report}: not an eval --repo report ({exc})", file=sys.stderr)
+        return 2
+    methods = [m for m in args.methods.split(",") if m]
+    unknown = sorted(set(methods) - {r.method for r in records})
+    if unknown:
+        print(f"repo_report: no records of {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    print(markdown(summarise(records, methods), methods))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())

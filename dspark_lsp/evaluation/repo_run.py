@@ -146,20 +146,29 @@ class RepoRunConfig:
 
 
 def load_previous(out: Path | None, settings: dict[str, Any]) -> list[Record]:
-    """The records of an earlier run into the same folder (kept when its model settings match)."""
+    """The records of an earlier run into the same folder (kept when its model settings match); the
+    earlier passes' variants are merged into ``settings`` so the report says what every record ran."""
     if out is None or not (out / REPORT).is_file():
         return []
     try:
         saved = json.loads((out / REPORT).read_text(encoding="utf-8"))
-        if saved["settings"]["model"] != settings["model"] or saved["settings"]["service"] != settings["service"]:
+        old = saved["settings"]
+        if old["model"] != settings["model"] or old["service"] != settings["service"]:
             raise UserError(f"{out / REPORT}: another model or service settings; use another --out")
-        return [Record(**r) for r in saved["records"]]
+        records = [Record(**r) for r in saved["records"]]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UserError(f"{out / REPORT}: not a repository-set report ({exc})") from exc
+    settings["variants"] = {**old.get("variants", {}), **settings.get("variants", {})}
+    earlier = old.get("passes", [{"variants": list(old.get("variants", {})), "peer": old.get("peer")}])
+    settings["passes"] = [*earlier, *settings.get("passes", [])]
+    return records
 
 
-def _methods(cfg: RepoRunConfig, peer: Any) -> list[str]:
-    return [*cfg.variants, *([PEER] if peer is not None and cfg.peer_after else [])]
+def _methods(cfg: RepoRunConfig, peer: Any, records: list[Record]) -> list[str]:
+    """This pass's methods and those of the records kept from earlier passes, in the table's order."""
+    run = {*cfg.variants, *([PEER] if peer is not None and cfg.peer_after else [])}
+    present = run | {r.method for r in records}
+    return [m for m in (*VARIANTS, PEER) if m in present]
 
 
 def write_report(out: Path, records: list[Record], settings: dict[str, Any], methods: list[str]) -> dict[str, Any]:
@@ -199,7 +208,7 @@ def run_set(service: Any, base_cfg: Any, manifest: Manifest, cache: Path, holes:
     builders: dict[str, ContextBuilder] = {}
     records = load_previous(cfg.out, settings)
     have = {(r.hole, r.method) for r in records}
-    methods = _methods(cfg, peer)
+    methods = _methods(cfg, peer, records)
     t_loop = time.perf_counter()
     for i, (_lang, hole) in enumerate(holes, 1):
         pkg = packages.get(hole.package)
@@ -229,7 +238,8 @@ def settings_of(service: Any, args: Any, cfg: RepoRunConfig, peer_why: str | Non
         service_cfg.pop(k, None)  # per variant
     return {"model": getattr(service, "description", ""), "service": service_cfg, "set": str(args.repo),
             "variants": {v: asdict(VARIANTS[v]) for v in cfg.variants}, "threads": args.threads,
-            "peer": PEER if peer_why is None else f"skipped: {peer_why}", "peer_prompt": cfg.peer_after,
+            "passes": [{"variants": cfg.variants, "peer": PEER if peer_why is None else f"skipped: {peer_why}",
+                        "peer_prompt": cfg.peer_after, "started": time.strftime("%Y-%m-%d %H:%M:%S")}],
             "cold": True}  # fmt: skip
 
 
