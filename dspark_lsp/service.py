@@ -86,12 +86,12 @@ class ServiceConfig:
         defaults = cls()
         cfg = replace(base)
         for key, value in settings.items():
-            setting = BY_NAME.get(key)
-            if setting is None or setting.lsp_only:
+            name = cls.SETTINGS.get(key)
+            if name is None:
                 if key not in LSP_ONLY:  # client/server-side settings are handled by the LSP layer
                     problems.append(f"unknown setting {key!r} ignored")
                 continue
-            name = setting.field_name
+            setting = BY_NAME[key]
             if setting.parse is not None:  # an object: its own parser reports, and falls back itself
                 typed, parse_problems = setting.parse(value)
                 cfg = replace(cfg, **{name: typed})
