@@ -261,6 +261,9 @@ class ServiceRecord:
 RECORD_FLAGS: dict[str, type] = {
     "doc": str, "chars": int, "scope": str, "from_cache": bool, "cancelled": bool, "stop_reason": str,
 }
+# A `ServiceRecord` on the wire (`to_json()`): what `recent_stats()` returns and dspark/stats sends as
+# is. Its keys beyond RECORD_FLAGS are the stats' declared figures, so `from_json` is its type check.
+ServiceRecordWire = dict[str, Any]
 
 
 def as_result(answer: object) -> CompletionResult:
@@ -296,5 +299,6 @@ __all__ = [
     "CompletionResult",
     "CompletionStats",
     "ServiceRecord",
+    "ServiceRecordWire",
     "as_result",
 ]

@@ -13,7 +13,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from dspark_lsp.contract import CompletionRequest, CompletionResult, CompletionStats, ServiceRecord
 from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
@@ -24,8 +24,7 @@ from dspark_lsp.engine.ngram import NgramDraftSource
 from dspark_lsp.engine.prefix_cache import PrefixCache
 from dspark_lsp.errors import UserError
 from dspark_lsp.models.gguf_target import weights_kind
-from dspark_lsp.models.loader import DTYPES
-from dspark_lsp.models.packing import PACK_MODES, is_packed
+from dspark_lsp.models.packing import is_packed
 from dspark_lsp.prompt import (
     FimPrompt,
     PromptContext,
@@ -33,11 +32,11 @@ from dspark_lsp.prompt import (
     detect_repo_format,
     outside_window_ids,
 )
-from dspark_lsp.remote.config import RemoteSettings, parse_backend
+from dspark_lsp.remote.config import RemoteSettings
+from dspark_lsp.settings_schema import BY_NAME, LSP_ONLY, SERVICE_FIELDS, config_problems
 
 Progress = Callable[[str, float | None], None]
 
-_MULTILINE = ("auto", "always", "never")
 # Prefill slice of a background warm-up: ~0.15 s of the 0.5B on this CPU, the longest a real request
 # waits behind one.
 WARM_CHUNK = 64
@@ -79,82 +78,19 @@ class ServiceConfig:
     # Pre-pack linear layers for the CPU (models.packing): auto/on/off.
     pack_weights: str = "auto"
     # Completions from an OpenAI-compatible server instead of the local engine (dspark_lsp.remote);
-    # the `backend` setting, an object, is parsed by remote.config rather than the scalar table below.
+    # the `backend` setting, an object, is parsed by remote.config (the table's entry delegates to it).
     backend: RemoteSettings | None = None
 
-    # camelCase LSP setting -> field name
-    SETTINGS = {
-        "model": "model",
-        "draftModel": "draft_model",
-        "device": "device",
-        "dtype": "dtype",
-        "threshold": "threshold",
-        "kMin": "k_min",
-        "kMax": "k_max",
-        "alternates": "alternates",
-        "maxNewTokens": "max_new_tokens",
-        "contextWindow": "context_window",
-        "prefixShare": "prefix_share",
-        "contextBudget": "context_budget",
-        "contextOpenFiles": "context_open_files",
-        "contextDefinitions": "context_definitions",
-        "fimOrder": "fim_order",
-        "warmUp": "warm_up",
-        "relaxed": "relaxed",
-        "multiline": "multiline",
-        "cacheDir": "cache_dir",
-        "prefixReuse": "prefix_reuse",
-        "completionCache": "completion_cache",
-        "draftMode": "draft_mode",
-        "temperature": "temperature",
-        "calibrate": "calibrate",
-        "packWeights": "pack_weights",
-    }
+    # camelCase setting -> field name, generated from the settings table (dspark_lsp/settings_schema.py).
+    SETTINGS: ClassVar[dict[str, str]] = SERVICE_FIELDS
 
     def problems(self) -> list[str]:
-        """Human-readable reasons why this config is invalid (empty when valid)."""
-        out: list[str] = []
-        if not isinstance(self.model, str) or not self.model:
-            out.append("model must be a non-empty string")
-        if self.draft_model is not None and not isinstance(self.draft_model, str):
-            out.append("draftModel must be a string or null")
-        if self.device not in ("auto", "cpu", "cuda", "mps") and not str(self.device).startswith("cuda:"):
-            out.append(f"device {self.device!r} is not one of auto, cpu, cuda, cuda:N, mps")
-        if self.dtype not in DTYPES:
-            out.append(f"dtype {self.dtype!r} is not one of {', '.join(DTYPES)}")
-        if not _is_num(self.threshold) or not 0.0 < self.threshold <= 1.0:
-            out.append("threshold must be a number in (0, 1]")
-        if not _is_int(self.k_min) or not _is_int(self.k_max) or not 1 <= self.k_min <= self.k_max <= 16:
-            out.append("kMin/kMax must be integers with 1 <= kMin <= kMax <= 16")
-        if not _is_int(self.alternates) or not 0 <= self.alternates <= 8:
-            out.append("alternates must be an integer in [0, 8]")
-        if not _is_int(self.max_new_tokens) or not 1 <= self.max_new_tokens <= 2048:
-            out.append("maxNewTokens must be an integer in [1, 2048]")
-        if not _is_int(self.context_window) or not 32 <= self.context_window <= 32768:
-            out.append("contextWindow must be an integer in [32, 32768]")
-        if not _is_num(self.prefix_share) or not 0.1 <= self.prefix_share <= 1.0:
-            out.append("prefixShare must be a number in [0.1, 1]")
-        if not _is_int(self.context_budget) or not 0 <= self.context_budget <= 8192:
-            out.append("contextBudget must be an integer in [0, 8192]")
-        if self.fim_order not in ("psm", "spm"):
-            out.append("fimOrder must be psm or spm")
-        if self.multiline not in _MULTILINE:
-            out.append(f"multiline must be one of {', '.join(_MULTILINE)}")
-        if self.pack_weights not in PACK_MODES:
-            out.append(f"packWeights {self.pack_weights!r} is not one of {', '.join(PACK_MODES)}")
-        if self.draft_mode not in ("semi", "ar", "parallel"):
-            out.append("draftMode must be semi, ar or parallel")
-        if not _is_num(self.temperature) or not 0.0 <= self.temperature <= 2.0:
-            out.append("temperature must be a number in [0, 2]")
-        for name in ("relaxed", "prefix_reuse", "completion_cache", "calibrate", "context_open_files",
-                     "context_definitions", "warm_up"):
-            if not isinstance(getattr(self, name), bool):
-                out.append(f"{name} must be true or false")
-        if self.backend is not None:
-            if isinstance(self.backend, RemoteSettings):
-                out.extend(self.backend.problems())
-            else:
-                out.append("backend must be RemoteSettings or None")
+        """Human-readable reasons why this config is invalid (empty when valid): each field against the
+        settings table's range or choices, then the one rule between fields."""
+        out = config_problems(self)
+        k_range = (BY_NAME["kMin"], BY_NAME["kMax"])
+        if all(s.check(getattr(self, s.field_name)) for s in k_range) and self.k_min > self.k_max:
+            out.append(f"kMin must be at most kMax, got kMin {self.k_min} > kMax {self.k_max}")
         return out
 
     @classmethod
@@ -171,15 +107,16 @@ class ServiceConfig:
         defaults = cls()
         cfg = replace(base)
         for key, value in settings.items():
-            if key == "backend":
-                remote, backend_problems = parse_backend(value)
-                cfg = replace(cfg, backend=remote)
-                problems.extend(backend_problems)
-                continue
             name = cls.SETTINGS.get(key)
             if name is None:
-                if key not in ("enable", "debounceMs"):  # client/server-side settings handled elsewhere
+                if key not in LSP_ONLY:  # client/server-side settings are handled by the LSP layer
                     problems.append(f"unknown setting {key!r} ignored")
+                continue
+            setting = BY_NAME[key]
+            if setting.parse is not None:  # an object: its own parser reports, and falls back itself
+                typed, parse_problems = setting.parse(value)
+                cfg = replace(cfg, **{name: typed})
+                problems.extend(parse_problems)
                 continue
             trial = replace(cfg, **{name: value})
             errs = trial.problems()
@@ -216,14 +153,6 @@ class ServiceConfig:
                 verify_cost_ms=verify_cost_ms,
             ),
         )
-
-
-def _is_num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
 
 
 @dataclass

@@ -15,7 +15,7 @@ from dspark_lsp.engine.draft import DraftSource, Proposal
 from dspark_lsp.engine.scheduler import ConfidenceScheduler
 
 COST_TABLES = [
-    {1: 128.0, 2: 126.0, 4: 245.0, 6: 230.0, 8: 265.0},  # CPU fp32 (DESIGN.md §3)
+    {1: 128.0, 2: 126.0, 4: 245.0, 6: 230.0, 8: 265.0},  # CPU fp32 (docs/KERNEL.md)
     {1: 1.0, 4: 1.02, 8: 1.05},  # GPU: flat
     {1: 10.0, 2: 20.0, 3: 30.0},  # linear
     {3: 5.0},  # a single point

@@ -1,4 +1,4 @@
-"""The feature draft's block step, Markov head and confidence head (DESIGN.md §11): the training layout
+"""The feature draft's block step, Markov head and confidence head (docs/ALGORITHM.md): the training layout
 equals what inference runs, the Markov head chains a block, the confidence head sets the round, and
 decoding stays lossless."""
 

@@ -1,4 +1,4 @@
-"""The registry: the pinned real models as DESIGN.md §3 gives them, pairs, and lookups."""
+"""The registry: the pinned real models as the README's *Where the weights come from* lists them, pairs, and lookups."""
 
 from __future__ import annotations
 

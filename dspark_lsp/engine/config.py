@@ -10,7 +10,7 @@ DraftMode = Literal["semi", "ar", "parallel"]
 
 @dataclass
 class SchedulerConfig:
-    """Confidence scheduler (DESIGN.md §2, steps 1, 2 and 5)."""
+    """Confidence scheduler (docs/ALGORITHM.md, *One round*, steps 1, 2 and 5)."""
 
     k_min: int = 1
     k_max: int = 5
@@ -30,7 +30,7 @@ class SchedulerConfig:
     fixed_k: int | None = None
     # Cost-aware k: ms of one target forward of n tokens (n = k + 1). When set, k maximises expected
     # tokens per unit of verify cost under the running per-token acceptance rate, instead of the
-    # plain "accepted + 1" rule. None = plain rule. See DESIGN.md §3 for why: on a CPU, verifying 2
+    # plain "accepted + 1" rule. None = plain rule. See docs/KERNEL.md for why: on a CPU, verifying 2
     # tokens costs what 1 does, but 4+ may cost twice as much, so long drafts pay only when they land.
     verify_cost_ms: dict[int, float] | None = None
     # Per-token acceptance rate: decayed counts of accepted draft tokens over tried ones, plus a prior of

@@ -1,8 +1,9 @@
 """Verify-cost profiles: ms of one target forward of n tokens on a KV cache, by device and dtype.
 
 The scheduler uses the *shape* of the curve (how much dearer n tokens are than 1), not absolute time.
-Figures for the CPU come from DESIGN.md §3 (Qwen2.5-Coder-0.5B, 2 cores, context 256): memory-bound
-decoding makes 2 tokens cost what 1 does; fp32 then jumps near 2x at 4 tokens, bf16 rises slowly.
+Figures for the CPU were measured on the project's 2-core machines (Qwen2.5-Coder-0.5B, context 256;
+docs/KERNEL.md): memory-bound decoding makes 2 tokens cost what 1 does; fp32 then jumps near 2x at 4
+tokens, bf16 rises slowly.
 On a GPU a forward of up to 8 tokens costs about the same as one.
 """
 
@@ -57,7 +58,7 @@ def measure_verify_cost(
 ) -> dict[int, float]:
     """Fastest of ``repeats`` ms of one forward of n tokens on a ``context``-token KV cache, measured on this machine.
 
-    The shape of this curve decides whether drafting pays at all: DESIGN.md's machine verified 2 tokens
+    The shape of this curve decides whether drafting pays at all: the first test machine verified 2 tokens
     for the price of 1, but we have measured CPUs where 2 tokens cost twice as much (GEMM with a tiny M
     dimension is a poor kernel there). A second or two at load time buys the right schedule.
     """

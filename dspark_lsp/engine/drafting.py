@@ -1,5 +1,5 @@
 """The draft half of a decode round: fill up to k positions, step by step, and stop where guessing on
-stops paying (DESIGN.md §2, step 2).
+stops paying (docs/ALGORITHM.md, *One round*, step 2).
 
 A step is autoregressive (one token) at a key position and parallel (several tokens from one draft
 forward or a lookup) elsewhere. After every token the stop rule asks whether the next one is worth its

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from dspark_lsp.errors import UserError
+from dspark_lsp.settings_schema import BY_NAME
 
 PROG = "dspark-lsp eval"
 
@@ -96,8 +97,10 @@ def _log(message: str) -> None:
 def _check_args(args: argparse.Namespace) -> None:
     if args.limit < 0:
         raise UserError(f"--limit must be >= 0 (0 = all), got {args.limit}")
-    if args.raw_max_tokens < 1 or args.raw_max_tokens > 2048:
-        raise UserError(f"--raw-max-tokens must be in [1, 2048], got {args.raw_max_tokens}")
+    # The raw output is decoded with the service's own config, so maxNewTokens' range bounds it.
+    budget = BY_NAME["maxNewTokens"]
+    if not budget.check(args.raw_max_tokens):
+        raise UserError(f"--raw-max-tokens must be {budget.expected()}, got {args.raw_max_tokens}")
     if args.threads < 0:
         raise UserError(f"--threads must be >= 0, got {args.threads}")
     if not args.timeout > 0:

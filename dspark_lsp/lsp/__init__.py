@@ -10,6 +10,6 @@ executor.py    the one daemon worker thread every service call runs on
 channel.py     thread-safe messages to the client (notifications, logs, progress)
 backend.py     the injectable bundle the server needs from dspark_lsp.service
 settings.py    LSP-only settings (enable, debounceMs) and settings merging
-settings_schema.py  every setting declared once (validation; generates the editors' copies)
+settings_schema.py  writes and checks the editors' copies of the settings table (dspark_lsp/settings_schema.py)
 transport_args.py  --stdio / --tcp parsing shared by both entry points (repeats judged, not ignored)
 """

@@ -1,7 +1,8 @@
 """What the language server needs from `dspark_lsp.service`, as one injectable bundle.
 
 The server never imports torch or the models itself: it talks to a `CompletionService` through the
-protocol below, in the types of `dspark_lsp.contract` (torch-free). Tests inject a fake backend
+protocol below, in the types of `dspark_lsp.contract` (torch-free). The config it passes around is a
+`ServiceConfig`, named for the type checker only (service.py imports torch). Tests inject a fake backend
 (`create_server(service_factory=...)`) so the protocol layer can be exercised without model weights.
 """
 
@@ -10,9 +11,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from dspark_lsp.contract import CompletionRequest, CompletionResult
+from dspark_lsp.contract import CompletionRequest, CompletionResult, ServiceRecordWire
+
+if TYPE_CHECKING:
+    from dspark_lsp.service import ServiceConfig
 
 # progress(message, fraction in [0, 1] or None) — forwarded to window/workDoneProgress.
 ProgressFn = Callable[[str, "float | None"], None]
@@ -28,17 +32,18 @@ class ServiceLike(Protocol):
         on_text: Callable[[str], None] | None = None,
     ) -> CompletionResult: ...
 
-    def update_config(self, config: Any) -> None: ...
+    def update_config(self, config: ServiceConfig) -> None: ...
 
-    def recent_stats(self) -> list[dict[str, Any]]:
-        """The last requests' records, each a `contract.ServiceRecord`'s wire form."""
+    def recent_stats(self) -> list[ServiceRecordWire]:
+        """The last requests' records, each `contract.ServiceRecord.to_json()` (dspark/stats sends them)."""
         ...
 
     def close(self) -> None: ...
 
 
-ConfigFromSettings = Callable[[dict[str, Any], Any], "tuple[Any, list[str]]"]
-ServiceFactory = Callable[[Any, ProgressFn], ServiceLike]
+# (settings, base config or None) -> (config, problems)
+ConfigFromSettings = Callable[[dict[str, Any], "ServiceConfig | None"], "tuple[ServiceConfig, list[str]]"]
+ServiceFactory = Callable[["ServiceConfig", ProgressFn], ServiceLike]
 
 
 @dataclass(frozen=True)

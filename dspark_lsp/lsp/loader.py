@@ -12,13 +12,16 @@ import logging
 import threading
 import time
 from concurrent.futures import Executor
-from typing import Any
+from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
 from dspark_lsp.errors import UserError
 from dspark_lsp.lsp.backend import Backend, ServiceLike
 from dspark_lsp.lsp.channel import Channel
+
+if TYPE_CHECKING:
+    from dspark_lsp.service import ServiceConfig
 
 log = logging.getLogger(__name__)
 
@@ -36,12 +39,12 @@ class ModelManager:
         self.state = IDLE
         self.message = ""
         self.service: ServiceLike | None = None
-        self.loaded_config: Any = None
+        self.loaded_config: ServiceConfig | None = None
         self.closing = False
-        self._pending_config: Any = None  # the config of the load that is queued or running
+        self._pending_config: ServiceConfig | None = None  # the config of the load that is queued or running
 
     # -- called on the event loop ------------------------------------------------------------
-    def apply(self, config: Any, enable: bool) -> None:
+    def apply(self, config: ServiceConfig, enable: bool) -> None:
         """Bring the service in line with `config`: load, reload, update knobs, or disable."""
         if self.closing:
             return
@@ -70,7 +73,7 @@ class ModelManager:
             return
         self._start_load(config)
 
-    def _start_load(self, config: Any) -> None:
+    def _start_load(self, config: ServiceConfig) -> None:
         with self._lock:
             self._generation += 1
             generation = self._generation
@@ -100,6 +103,8 @@ class ModelManager:
             if generation != self._generation or self.closing:
                 return  # superseded before it started: a newer load is queued behind us
             config = self._pending_config
+        if config is None:  # _start_load sets it before queueing this; a failed load cleared it
+            return
         token = self._channel.progress_create()
         if token:
             self._channel.progress_begin(token, "DSpark", "loading models")
@@ -139,8 +144,9 @@ class ModelManager:
             if token:
                 self._channel.progress_end(token, "superseded")
             return
-        if self.loaded_config is not config:  # knobs changed during the load
-            self._update(service, self.loaded_config)
+        loaded = self.loaded_config
+        if loaded is not None and loaded is not config:  # knobs changed during the load
+            self._update(service, loaded)
         log.info("models ready in %.1f s", elapsed)
         if token:
             self._channel.progress_end(token, f"ready in {elapsed:.1f} s")
@@ -157,7 +163,7 @@ class ModelManager:
         self._channel.show_message(f"DSpark: could not load the models: {message}", types.MessageType.Error)
         self._set_state(ERROR, message)
 
-    def _update(self, service: ServiceLike, config: Any) -> None:
+    def _update(self, service: ServiceLike, config: ServiceConfig) -> None:
         try:
             service.update_config(config)
         except Exception:

@@ -18,7 +18,7 @@ import sys
 import threading
 import uuid
 from concurrent.futures import Future
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
 from pygls.exceptions import (
@@ -47,6 +47,9 @@ from dspark_lsp.lsp.settings import LspSettings
 from dspark_lsp.lsp.stdin import DaemonStdinReader
 from dspark_lsp.lsp.warm import Warmer
 from dspark_lsp.lsp.worker import CompletionWorker, Outcome
+
+if TYPE_CHECKING:
+    from dspark_lsp.service import ServiceConfig
 
 log = logging.getLogger(__name__)
 
@@ -404,7 +407,7 @@ class DSparkServer(LanguageServer):
         self.init_options: dict[str, Any] = {}
         self.latest_section: dict[str, Any] | None = None
         self.lsp_settings = LspSettings()
-        self.config: Any = None
+        self.config: ServiceConfig | None = None
         self.exit_code = 1  # exit without shutdown is an error per the LSP spec
 
     def ensure_backend(self) -> Backend:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dspark_lsp.lsp.settings_schema import BY_NAME
+from dspark_lsp.settings_schema import BY_NAME
 
 SECTION = "dspark"
 _ENABLE = BY_NAME["enable"]
@@ -20,7 +20,7 @@ MAX_DEBOUNCE_MS = int(_DEBOUNCE.maximum or 0)
 
 @dataclass(frozen=True)
 class LspSettings:
-    # Defaults and checks from the one settings schema (settings_schema.py), which the editors share.
+    # Defaults and checks from the one settings table (dspark_lsp/settings_schema.py), which the editors share.
     enable: bool = bool(_ENABLE.default)
     debounce_ms: int = int(_DEBOUNCE.default or 0)
 

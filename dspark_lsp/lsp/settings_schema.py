@@ -1,20 +1,15 @@
-"""The server's settings, declared once: name, type, range, default, description.
+"""The editors' copies of the settings table (dspark_lsp/settings_schema.py), written and checked.
 
 Issue 15: the ranges had been copied by hand into the VS Code extension and drifted (maxNewTokens up to
-2048 on the server but 4096 in VS Code, contextWindow 32-32768 vs 16-131072, ...). From here:
+2048 on the server but 4096 in VS Code, contextWindow 32-32768 vs 16-131072, ...). Now
+`python -m dspark_lsp.lsp.settings_schema --write-vscode` regenerates `contributes.configuration` in
+editors/vscode/package.json (client-only entries such as `serverPath` are kept as they are), and
+`--write-nvim` the Neovim plugin's editors/nvim/lua/dspark/schema.lua; `--check` fails when either file
+is stale. tests/test_settings_schema.py checks both files, the extension's own checks
+(editors/vscode/src/settings.ts) and ServiceConfig's validation against the table.
 
-* the language server validates incoming settings with `validate` (handlers/configuration.py; the
-  LSP-only `enable` / `debounceMs` through `LspSettings`), before they reach the service;
-* `python -m dspark_lsp.lsp.settings_schema --write-vscode` regenerates `contributes.configuration` in
-  editors/vscode/package.json (client-only entries such as `serverPath` are kept as they are), and
-  `--write-nvim` the Neovim plugin's editors/nvim/lua/dspark/schema.lua; `--check` fails when either
-  file is stale. tests/test_settings_schema.py checks both files, the extension's own checks
-  (editors/vscode/src/settings.ts) and ServiceConfig's validation against this table.
-
-`ServiceConfig.problems` (service.py) keeps its own checks for configs built in Python (the CLI, the
-benchmarks); the test probes it at every bound here, so the two cannot drift apart unnoticed.
-
-Standard library only: the schema is read by tools that must not import torch.
+The table itself lives outside the LSP package because the service (below this layer) reads it too;
+its names are re-exported here for the LSP layer's callers. Standard library only.
 """
 
 from __future__ import annotations
@@ -22,278 +17,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-Kind = Literal["boolean", "integer", "number", "string"]
-JsonValue = bool | int | float | str | None
+from dspark_lsp.settings_schema import BY_NAME, SETTINGS, Setting, _num, editor_settings, validate
+from dspark_lsp.settings_schema import _json as _json  # the tests format defaults with it
 
-
-@dataclass(frozen=True)
-class Setting:
-    name: str  # camelCase, as clients send it (VS Code: `dspark.<name>`)
-    kind: Kind
-    default: JsonValue
-    description: str
-    # The description is Markdown (VS Code's markdownDescription); otherwise plain text.
-    markdown: bool = False
-    nullable: bool = False  # null is a valid value (it means "the default behaviour")
-    minimum: float | None = None
-    maximum: float | None = None
-    exclusive_minimum: bool = False  # minimum itself is invalid: (minimum, maximum]
-    enum: tuple[str, ...] | None = None
-    # A regular expression a string must match in full (VS Code's `pattern`; checked here too).
-    pattern: str | None = None
-    pattern_hint: str = ""  # what the pattern means, for error messages
-    non_empty: bool = False  # strings: "" is invalid
-    # Validated by the LSP layer itself (LspSettings) rather than handed on to the service.
-    lsp_only: bool = False
-    # Offered by the editor clients (VS Code settings UI, Neovim's option check). The others are
-    # advanced knobs a client can still send in initializationOptions.
-    in_editors: bool = True
-
-    def expected(self) -> str:
-        """What a valid value is, in words (error messages on every side use this)."""
-        if self.enum is not None:
-            text = "one of " + ", ".join(self.enum)
-        elif self.kind == "boolean":
-            text = "true or false"
-        elif self.kind in ("integer", "number"):
-            noun = "an integer" if self.kind == "integer" else "a number"
-            lo = "(" if self.exclusive_minimum else "["
-            text = f"{noun} in {lo}{_num(self.minimum)}, {_num(self.maximum)}]"
-        elif self.pattern is not None:
-            text = self.pattern_hint or f"a string matching {self.pattern}"
-        else:
-            text = "a non-empty string" if self.non_empty else "a string"
-        return f"{text} or null" if self.nullable else text
-
-    def check(self, value: Any) -> bool:
-        import re
-
-        if value is None:
-            return self.nullable
-        if self.kind == "boolean":
-            return isinstance(value, bool)
-        if self.kind in ("integer", "number"):
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                return False
-            if self.kind == "integer" and not isinstance(value, int):
-                return False
-            if value != value:  # NaN
-                return False
-            if self.minimum is not None and (value <= self.minimum if self.exclusive_minimum else value < self.minimum):
-                return False
-            return self.maximum is None or value <= self.maximum
-        if not isinstance(value, str):
-            return False
-        if self.enum is not None:
-            return value in self.enum
-        if self.non_empty and not value:
-            return False
-        return self.pattern is None or re.fullmatch(self.pattern, value) is not None
-
-    def problem(self, value: Any) -> str | None:
-        if self.check(value):
-            return None
-        return f"dspark.{self.name} must be {self.expected()}, got {_json(value)}; using {_json(self.default)}"
-
-
-def _num(x: float | None) -> str:
-    if x is None:
-        return "..."
-    return str(int(x)) if float(x).is_integer() else str(x)
-
-
-def _json(value: Any) -> str:
-    try:
-        return json.dumps(value)
-    except (TypeError, ValueError):
-        return repr(value)
-
-
-# Order: how the settings UIs list them. Defaults equal ServiceConfig's / LspSettings' (tested).
-SETTINGS: tuple[Setting, ...] = (
-    Setting("enable", "boolean", True, "Show DSpark completions.", lsp_only=True),
-    Setting(
-        "model",
-        "string",
-        "default",
-        "Target model: a pair name, a known model name, a local directory or a Hugging Face id.",
-        non_empty=True,
-    ),
-    Setting(
-        "draftModel",
-        "string",
-        None,
-        'Draft model. `null`: the pair\'s draft; `"ngram"`: n-gram lookup only; `"none"`: no draft (target only).',
-        markdown=True,
-        nullable=True,
-    ),
-    Setting(
-        "device",
-        "string",
-        "auto",
-        "Torch device: auto, cpu, cuda, cuda:N, mps.",
-        pattern=r"auto|cpu|cuda|cuda:.*|mps",
-        pattern_hint="one of auto, cpu, cuda, cuda:N, mps",
-    ),
-    Setting(
-        "dtype",
-        "string",
-        "auto",
-        "Model dtype: auto (the GGUF's quantized blocks on the CPU when available, bf16 on CUDA), gguf, "
-        "float32, bfloat16, float16.",
-        enum=("auto", "gguf", "float32", "bfloat16", "float16"),
-    ),
-    Setting(
-        "packWeights",
-        "string",
-        "auto",
-        "Pre-pack the model's linear layers for the CPU at load, so verifying several draft tokens costs what "
-        "one does. `auto`: on the CPU when torch has oneDNN.",
-        markdown=True,
-        enum=("auto", "on", "off"),
-    ),
-    Setting(
-        "threshold",
-        "number",
-        0.9,
-        "Draft confidence threshold tau: drafting stops when the draft's top probability falls below it.",
-        minimum=0,
-        maximum=1,
-        exclusive_minimum=True,
-    ),
-    Setting("kMin", "integer", 1, "Fewest tokens drafted per round (at most kMax).", minimum=1, maximum=16),
-    Setting("kMax", "integer", 5, "Most tokens drafted per round.", minimum=1, maximum=16),
-    Setting(
-        "alternates",
-        "integer",
-        3,
-        "Greedy decoding: the draft's runner-up tokens verified beside its chain in the same target forward, "
-        "in slots that cost (almost) nothing. `0` = chain only. Output is unchanged either way.",
-        markdown=True,
-        minimum=0,
-        maximum=8,
-    ),
-    Setting("maxNewTokens", "integer", 64, "Longest completion, in tokens.", minimum=1, maximum=2048),
-    Setting(
-        "contextWindow",
-        "integer",
-        256,
-        "Prompt budget in tokens (prefix + suffix around the cursor).",
-        minimum=32,
-        maximum=32768,
-    ),
-    Setting(
-        "prefixShare",
-        "number",
-        0.75,
-        "Share of the context window given to the text before the cursor.",
-        minimum=0.1,
-        maximum=1,
-    ),
-    Setting(
-        "contextBudget",
-        "integer",
-        0,
-        "Tokens of other files (chunks of open documents, definitions of imported names) put before the "
-        "current file in the prompt, on top of `contextWindow`. 0: the current file only.",
-        markdown=True,
-        minimum=0,
-        maximum=8192,
-    ),
-    Setting(
-        "contextOpenFiles",
-        "boolean",
-        True,
-        "Let chunks of the other open (and recently edited) documents into the context.",
-    ),
-    Setting(
-        "contextDefinitions",
-        "boolean",
-        True,
-        "Let the definitions of imported names used near the cursor (read from open documents and the "
-        "workspace folders) into the context.",
-    ),
-    Setting(
-        "warmUp",
-        "boolean",
-        True,
-        "Prefill the prompt in the background when a document opens, typing pauses or the cursor rests, "
-        "so the next completion there starts from cached work.",
-    ),
-    Setting(
-        "fimOrder",
-        "string",
-        "psm",
-        "Fill-in-the-middle arrangement: psm (prefix, suffix, middle) or spm (suffix first).",
-        enum=("psm", "spm"),
-        in_editors=False,
-    ),
-    Setting(
-        "relaxed",
-        "boolean",
-        False,
-        "Relaxed acceptance (lossy: accepts draft tokens the target finds likely but would not pick). "
-        "Off by default.",
-        markdown=True,
-    ),
-    Setting(
-        "debounceMs",
-        "integer",
-        150,
-        "Wait this long after the last keystroke before decoding (server side).",
-        minimum=0,
-        maximum=5000,
-        lsp_only=True,
-    ),
-    Setting(
-        "multiline",
-        "string",
-        "auto",
-        "Multi-line completions: decided from the syntax at the cursor (auto), always, or never.",
-        enum=("auto", "always", "never"),
-    ),
-    # Advanced: accepted from any client, not offered in the editors' settings UIs.
-    Setting("cacheDir", "string", None, "Model cache directory (null: the default).", nullable=True, in_editors=False),
-    Setting("prefixReuse", "boolean", True, "Reuse the KV cache of a shared prompt prefix.", in_editors=False),
-    Setting("completionCache", "boolean", True, "Answer typed-through completions from the cache.", in_editors=False),
-    Setting(
-        "draftMode",
-        "string",
-        "semi",
-        "How a trained draft proposes: semi, ar or parallel.",
-        enum=("semi", "ar", "parallel"),
-        in_editors=False,
-    ),
-    Setting("temperature", "number", 0.0, "0: greedy (lossless); above 0: sampling.", minimum=0, maximum=2, in_editors=False),
-    Setting("calibrate", "boolean", True, "Time the target's forwards at load to plan drafting.", in_editors=False),
-)
-
-BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
-
-
-def editor_settings() -> tuple[Setting, ...]:
-    return tuple(s for s in SETTINGS if s.in_editors)
-
-
-def validate(settings: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """`settings` without the values this schema rejects, and one problem line per rejected value (the
-    setting then falls back to its default). Names the schema does not know are passed on untouched:
-    the service reports unknown settings itself."""
-    kept: dict[str, Any] = {}
-    problems: list[str] = []
-    for key, value in settings.items():
-        setting = BY_NAME.get(key)
-        problem = setting.problem(value) if setting is not None else None
-        if problem is None:
-            kept[key] = value
-        else:
-            problems.append(problem)
-    return kept, problems
-
+__all__ = [
+    "BY_NAME", "SETTINGS", "Setting", "editor_settings", "validate",
+    "main", "nvim_schema_text", "vscode_package", "vscode_package_text", "vscode_property",
+]
 
 # -------------------------------------------------------------------------------- editor files
 ROOT = Path(__file__).resolve().parents[2]
@@ -405,7 +138,7 @@ def nvim_schema_text() -> str:
     """editors/nvim/lua/dspark/schema.lua: the editor settings as a Lua list (config.lua validates
     `settings = {...}` with it and takes its defaults from it)."""
     lines = [
-        f"-- Generated by `{GENERATOR} --write-nvim` from dspark_lsp/lsp/settings_schema.py: do not edit.",
+        f"-- Generated by `{GENERATOR} --write-nvim` from dspark_lsp/settings_schema.py: do not edit.",
         "-- The server settings the plugin accepts in setup({ settings = {...} }), with the server's types,",
         "-- ranges and defaults. `type` is the JSON type (\"integer\": a whole Lua number).",
         "return {",

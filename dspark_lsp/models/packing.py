@@ -4,7 +4,7 @@ Measured on this project's 2-core AMD EPYC CI machine with the default target in
 128-token cache, ms): stock ``nn.Linear`` 183 / 373 / 351 / 301 for 1 / 2 / 4 / 8 tokens, because MKL's
 sgemm re-packs every weight matrix on every call when M is tiny; with the weights reordered once into
 oneDNN's blocked layout 113 / 132 / 110 / 114. A flat verify curve is the premise of speculative
-decoding (DESIGN.md), so on CPU we pack at load time. The numbers stay fp32 numbers: the packed and the
+decoding (docs/KERNEL.md), so on CPU we pack at load time. The numbers stay fp32 numbers: the packed and the
 stock layer differ by float rounding only (about 2e-5 on the logits, the same size as the difference
 between a one-token and a six-token forward of the stock model).
 """

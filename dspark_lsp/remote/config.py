@@ -159,6 +159,15 @@ def parse_backend(value: Any) -> tuple[RemoteSettings | None, list[str]]:
     return settings, problems
 
 
+def backend_problems(value: object) -> list[str]:
+    """The problems of the typed `backend` value a config holds (None, the local engine, is valid)."""
+    if value is None:
+        return []
+    if isinstance(value, RemoteSettings):
+        return value.problems()
+    return ["backend must be RemoteSettings or None"]
+
+
 def _json(value: Any) -> str:
     try:
         return json.dumps(value)

@@ -1,5 +1,5 @@
 """Fine-tuning a feature draft into a block drafter with Markov and confidence heads
-(``python -m dspark_lsp.training.block_train``; DESIGN.md §11).
+(``python -m dspark_lsp.training.block_train``; docs/ALGORITHM.md, *Block drafting*).
 
 Starts from a trained feature draft (its layer, fc and head are kept; the block inputs and both heads are
 new) and trains on extracted target features (training/features, ideally of the target the draft will

@@ -102,7 +102,7 @@ let code = 1;
 try {
   browser = await chromium.launch({
     executablePath: "/usr/bin/chromium",
-    // Flags from DESIGN.md §10: headless, no sandbox (root in CI), nothing that reaches the network.
+    // Flags (docs/INTEGRATION_TESTS.md): headless, no sandbox (root in CI), nothing that reaches the network.
     args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
       "--disable-background-networking", "--disable-component-update", "--disable-sync"],
   });

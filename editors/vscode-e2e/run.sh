@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A real VS Code end-to-end test: code-server 4.100.3 (= VS Code 1.100.3, the last release for Node 20)
 # from the npm registry, Debian's Chromium driven by playwright-core, the extension's own .vsix, the real
-# `dspark-lsp` with the real default model. Recipe measured in DESIGN.md §10.
+# `dspark-lsp` with the real default model. Each step explained in docs/INTEGRATION_TESTS.md.
 #
 # Exit codes: 0 passed; 1 the test failed (a project bug or a broken set-up step of ours);
 # 75 (EX_TEMPFAIL) set-up failed for a reason outside the project (apt or the npm registry unreachable)

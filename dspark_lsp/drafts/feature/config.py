@@ -17,7 +17,7 @@ class FeatDraftConfig(BlockConfig):
     inputs use the target's own full embedding table, which is not stored with the draft.
     ``n_layers`` decoder layers (EAGLE uses one: its inputs already hold the target's whole computation).
 
-    The block step and its heads (DESIGN.md §11; 0/False = absent, so older drafts load unchanged):
+    The block step and its heads (docs/ALGORITHM.md; 0/False = absent, so older drafts load unchanged):
     ``block_size`` positions per parallel block (the anchor, read from true features, plus
     ``block_size - 1`` masked positions with learned inputs, all in one draft forward);
     ``markov_rank`` the rank of the Markov head that adds ``W2 · W1[previous token]`` to each

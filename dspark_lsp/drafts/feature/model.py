@@ -5,7 +5,7 @@ embedding of token j+1 (the token the target produced from f_j). Output g_j: a p
 and logits over the reduced vocabulary for token j+2. Drafting further feeds g_j back in as the next
 feature, so the layer must cope with its own predictions: training unrolls it (see training/feat_train).
 
-Optional parts (DESIGN.md §11, trained by training/block_train): a *block step* — ``block_size - 1``
+Optional parts (docs/ALGORITHM.md, *Block drafting*; trained by training/block_train): a *block step* — ``block_size - 1``
 masked positions after the last true one, each fed a learned input, run in the same forward, so one
 draft call guesses a whole block; a low-rank *Markov head* adding ``W2 · W1[prev]`` to each position's
 logits (``prev``: the token chosen just before it), which chains a parallel block's guesses for the price

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from lsprotocol import types
 
 from dspark_lsp.lsp.settings import SECTION, LspSettings, merge, section_of
-from dspark_lsp.lsp.settings_schema import validate
+from dspark_lsp.settings_schema import validate
 
 if TYPE_CHECKING:
     from dspark_lsp.lsp.server import DSparkServer

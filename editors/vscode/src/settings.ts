@@ -110,7 +110,7 @@ const isBool: Check = (v) => typeof v === "boolean";
 const inRange = (lo: number, hi: number, integer: boolean, openLow = false): Check => (v) =>
   typeof v === "number" && Number.isFinite(v) && (openLow ? v > lo : v >= lo) && v <= hi && (!integer || Number.isInteger(v));
 
-// The server's ranges, from its one settings schema (dspark_lsp/lsp/settings_schema.py, which also
+// The server's ranges, from its one settings schema (dspark_lsp/settings_schema.py, which also
 // generates package.json's configuration); tests/test_settings_schema.py fails when these disagree.
 const CHECKS: Record<keyof ScalarSettings, [Check, string]> = {
   enable: [isBool, "true or false"],

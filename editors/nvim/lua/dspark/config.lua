@@ -2,7 +2,7 @@
 local M = {}
 
 -- The server settings setup({ settings = {...} }) accepts, with the server's types, ranges and defaults:
--- schema.lua is generated from the server's one schema (dspark_lsp/lsp/settings_schema.py), so a range
+-- schema.lua is generated from the server's one schema (dspark_lsp/settings_schema.py), so a range
 -- cannot drift here (tests/test_settings_schema.py checks the file is current).
 M.SCHEMA = {}
 M.SERVER_SETTINGS = {} -- name -> the Lua type of its value
