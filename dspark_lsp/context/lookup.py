@@ -51,6 +51,25 @@ class OpenDocumentsLookup:
             found += [p for p in self._workspace.files_named(name) if self._key(p) not in self._open]
         return found
 
+    def files_in(self, folder: Path | str) -> list[Path]:
+        key = self._key(folder)
+        found = [p for p in self._open if p.parent == key]
+        if self._workspace is not None:
+            found += [p for p in self._workspace.files_in(folder) if self._key(p) not in self._open]
+        return found
+
+    def find(self, rel_candidates: Iterable[str]) -> list[Path]:
+        """Files at these root-relative paths: open documents first, then the workspace index."""
+        wanted = list(rel_candidates)
+        found = [self._key(Path(root, *rel.split("/"))) for rel in wanted for root in self._roots]
+        out = [p for p in found if p in self._open]
+        if self._workspace is not None:
+            out += [p for p in self._workspace.find(wanted) if self._key(p) not in out]
+        return out
+
+    def contains(self, path: Path | str) -> bool:
+        return self._key(path) in self._open or bool(self._workspace is not None and self._workspace.contains(path))
+
     def files(self) -> Iterable[Path]:
         yield from self._open
         if self._workspace is not None:
