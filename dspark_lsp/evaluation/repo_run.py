@@ -76,7 +76,9 @@ def interleave(per_language: dict[str, list[Hole]], limit: int) -> list[tuple[st
 
 
 class ContextBuilder:
-    """Other files' pieces for a hole: a ring of its open files, and the package as the workspace."""
+    """Other files' pieces for a hole, as the language server gathers them (``lsp.project``): a ring of
+    the hole's open files, and imports resolved over the open documents (the one being typed included)
+    and then the package's folder as the workspace."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -88,8 +90,11 @@ class ContextBuilder:
                 from dspark_lsp.context.workspace import Workspace
             except ImportError as exc:
                 raise UserError(f"the definitions variants need dspark_lsp.context.workspace ({exc})") from exc
-            self._workspace = Workspace([self.root])
+            self._workspace = Workspace([self.root])  # indexed on its first lookup
         return self._workspace
+
+    def _open_texts(self, hole: Hole) -> dict[str, str]:
+        return {rel: (self.root / rel).read_text(encoding="utf-8", errors="replace") for rel in hole.opens}
 
     def build(self, hole: Hole, language: str, doc: str, offset: int, variant: Variant) -> tuple[Any, ...]:
         if not (variant.open_files or variant.definitions):
@@ -97,16 +102,20 @@ class ContextBuilder:
         from dspark_lsp.context.gather import ContextSettings, gather_context
         from dspark_lsp.context.ring import ChunkRing
 
+        opened = self._open_texts(hole)
         ring = None
         if variant.open_files:
             ring = ChunkRing()
-            # The most-used file last: the editor's most recently touched document.
-            for rel in reversed(hole.opens):
-                text = (self.root / rel).read_text(encoding="utf-8", errors="replace")
-                ring.observe(rel, text, language)
+            for rel in reversed(hole.opens):  # the most-used file last: the most recently touched one
+                ring.observe(rel, opened[rel], language)
+        lookup = None
+        if variant.definitions:
+            from dspark_lsp.context.lookup import OpenDocumentsLookup
+
+            docs = {self.root / rel: text for rel, text in opened.items()} | {self.root / hole.file: doc}
+            lookup = OpenDocumentsLookup(docs, self.workspace(), [self.root])
         settings = ContextSettings(open_files=variant.open_files, definitions=variant.definitions)
-        return gather_context(doc, offset, hole.file, language, ring=ring,
-                              lookup=self.workspace() if variant.definitions else None,
+        return gather_context(doc, offset, hole.file, language, ring=ring, lookup=lookup,
                               settings=settings, budget_tokens=variant.budget)  # fmt: skip
 
 
