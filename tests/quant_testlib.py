@@ -199,3 +199,25 @@ def reference_model(config: Any, expected: dict[str, np.ndarray]) -> Any:
     model.eval()
     model.requires_grad_(False)
     return model
+
+
+# ------------------------------------------------------------------------------------------ kernel state
+def prefill_scratch_made_in_inference_mode(k: int = 1 << 16, rows: int = 128) -> None:
+    """Leave the kernel's kept prefill buffers as the engine's first prefill leaves them in a server: made
+    inside ``torch.inference_mode`` (with bf16 prefill on, as under dtype auto on a CPU with native bf16).
+
+    The buffers are per thread and only grow, so whatever ran earlier in this process may have left larger
+    ones made outside that mode; a product of ``rows`` x ``k`` (8.4M activations, more than any model in
+    the test suite prefills) makes them anew here. The switch is left on; the conftest turns it off
+    before the next test.
+    """
+    import torch
+
+    from dspark_lsp.quant import blocks
+    from dspark_lsp.quant.linear import QuantLinear
+
+    raw = quantized_bytes(T.Q8_0, None, 8, k, np.random.default_rng(0))
+    lin = QuantLinear(blocks.pack_tensor(raw, int(T.Q8_0), 8, k))
+    torch.ops.dspark_q.set_prefill_bf16(True)
+    with torch.inference_mode():
+        lin(torch.ones(rows, k))

@@ -14,7 +14,7 @@ import pytest
 
 from dspark_lsp.bench.fidelity import fidelity, first_divergence
 from dspark_lsp.bench.llamacpp import LLAMACPP_MISSING, llamacpp_missing
-from dspark_lsp.bench.run import MethodResult, _method_entry, _table_row
+from dspark_lsp.bench.report import MethodResult, method_entry, table_row
 from dspark_lsp.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -92,28 +92,28 @@ def test_prefill_and_decode_are_reported_apart_for_every_method_that_times_them(
     lcpp.drafted = 30
     hf = _result("hf_greedy", "hf", seconds=3.0)
 
-    e_base = _method_entry(base, base, ref, prompt_tokens=100)
+    e_base = method_entry(base, base, ref, prompt_tokens=100)
     assert e_base["prefill_s"] == 0.4 and e_base["decode_tokens_per_s"] == 10.0  # 16 tokens / 1.6 s
     assert e_base["prefill_tokens_per_s"] == 250.0 and e_base["decode_speedup"] == 1.0
     assert e_base["vs_fp32"]["identical_share"] == 0.0 and e_base["vs_fp32"]["mean_first_divergence"] == 2.0
 
-    e_lcpp = _method_entry(lcpp, base, ref, prompt_tokens=100)
+    e_lcpp = method_entry(lcpp, base, ref, prompt_tokens=100)
     assert e_lcpp["prefill_s"] == 0.2 and e_lcpp["decode_tokens_per_s"] == 20.0  # 16 / 0.8 s
     assert e_lcpp["decode_speedup"] == 2.0 and e_lcpp["mean_accepted"] == 2.0
     assert e_lcpp["drafted_tokens"] == 30 and e_lcpp["alternates"] is None
     assert e_lcpp["time_split_s"] == {"prefill": 0.2, "draft": 0.0, "verify": None}
 
-    e_hf = _method_entry(hf, base, None, prompt_tokens=100)
+    e_hf = method_entry(hf, base, None, prompt_tokens=100)
     assert e_hf["prefill_s"] is None and e_hf["decode_tokens_per_s"] is None and e_hf["vs_fp32"] is None
 
-    row_base, row_lcpp, row_hf = (_table_row(n, e) for n, e in
+    row_base, row_lcpp, row_hf = (table_row(n, e) for n, e in
                                   (("target_only", e_base), ("llamacpp_lookup", e_lcpp), ("hf_greedy", e_hf)))
     assert row_base.split()[3:6] == ["0.40", "10.00", "1.00"]  # prefill s, dec tok/s, decode x
     assert row_base.split()[8:10] == ["0.00", "2.0/2"]  # =fp32, div mean/min
     assert row_lcpp.split()[3:7] == ["0.20", "20.00", "2.00", "2.00"]
     assert row_lcpp.split()[-1] == "-"  # llama.cpp's decode is not split into verify and the rest
     assert row_hf.split()[3:6] == ["n/a", "n/a", "n/a"] and row_hf.split()[8:10] == ["-", "-"]
-    assert _table_row("llamacpp_greedy", {"skipped": LLAMACPP_MISSING}) == (
+    assert table_row("llamacpp_greedy", {"skipped": LLAMACPP_MISSING}) == (
         f"{'llamacpp_greedy':24} skipped: {LLAMACPP_MISSING}")
 
 

@@ -56,6 +56,23 @@ def test_file_rows_are_the_in_memory_tables_values_bitwise(tmp_path: Path, qtype
         assert got.shape == (3, n // 3, k) and torch.equal(_bits(got), _bits(memory(every)))
 
 
+def test_row_cache_filled_under_inference_mode_takes_new_rows_outside_it(tmp_path: Path) -> None:
+    # The engine looks rows up under inference mode, transformers' generate under no_grad, in the same
+    # table: its first lookup must not make the cache a tensor the other mode cannot write (issue 33).
+    path, raw = _table(tmp_path, T.Q8_0)
+    info = open_gguf(path).tensors["token_embd.weight"]
+    n, k = info.rows_cols
+    memory = QuantEmbedding(blocks.pack_tensor(raw, int(T.Q8_0), n, k))
+    emb = QuantEmbedding(rows=FileRows(path, info, cache_rows=8))
+    with torch.inference_mode():
+        assert torch.equal(_bits(emb(torch.tensor([1, 2, 3]))), _bits(memory(torch.tensor([1, 2, 3]))))
+    with torch.no_grad():  # rows not cached yet, then enough to evict the ones inference mode wrote
+        for ids in (torch.tensor([4, 5]), torch.arange(10, 18), torch.tensor([1, 11])):
+            assert torch.equal(_bits(emb(ids)), _bits(memory(ids)))
+    with torch.inference_mode():
+        assert torch.equal(_bits(emb(torch.tensor([2, 30]))), _bits(memory(torch.tensor([2, 30]))))
+
+
 def test_file_rows_refuse_bad_ids_and_a_file_cut_after_loading(tmp_path: Path) -> None:
     path, _raw = _table(tmp_path, T.Q8_0)
     info = open_gguf(path).tensors["token_embd.weight"]

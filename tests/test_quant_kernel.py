@@ -11,7 +11,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from quant_testlib import K_QUANTS, SUPPORTED, T, random_blocks
+from quant_testlib import K_QUANTS, SUPPORTED, T, prefill_scratch_made_in_inference_mode, random_blocks
 
 from dspark_lsp.quant import blocks
 from dspark_lsp.quant.build import KernelUnavailable, load_kernel
@@ -253,6 +253,23 @@ def test_bf16_prefill_rounds_only_the_many_row_products(bf16_prefill: object, n:
     scale = x.abs().double() @ torch.from_numpy(np.abs(packed.values())).double().t()
     assert ((y.double() - ref).abs() <= 2**-6 * scale + 1e-6).all()
     assert torch.equal(lin(x[:8]), small_exact)  # decode / verify rows: untouched
+
+
+def test_bf16_prefill_serves_callers_in_and_out_of_inference_mode(bf16_prefill: object) -> None:
+    # The engine decodes under inference mode, transformers' generate (the bench's hf_* methods) under
+    # no_grad, in one process: the prefill buffers the kernel keeps, made by the one, served the other
+    # (issue 33: writing into them raised "Inplace update to inference tensor outside InferenceMode").
+    prefill_scratch_made_in_inference_mode()
+    lin = QuantLinear(_packed(T.Q8_0, 70, 512, seed=41))
+    x = torch.randn(SMALL_M + 9, 512, generator=torch.Generator().manual_seed(11))
+    with torch.inference_mode():
+        inside = lin(x)
+    with torch.no_grad():
+        outside = lin(x)
+    with torch.inference_mode():
+        inside_again = lin(x)
+    assert inside.is_inference() and not outside.is_inference()
+    assert torch.equal(outside, inside) and torch.equal(inside_again, inside)
 
 
 def test_loader_picks_bf16_prefill_only_for_dtype_auto_on_native_bf16(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,9 +9,13 @@ The target, the pair's draft and our decode loop come from `CompletionService` (
 loads them, without its prefix cache so every method prefills every prompt); each method is a named
 preset (`bench.methods`) applied to the service's decode settings.
 
-Peers: Hugging Face's ``generate`` (``hf_*``), llama.cpp on the target's GGUF file (``llamacpp_*``, through
-the optional llama-cpp-python), and ``target_fp32``, our target-only loop on the GGUF's weights dequantized
-to fp32: the reference every method's fidelity to the file's exact arithmetic is measured against.
+Peers: Hugging Face's ``generate`` (``hf_*``) on that same target (the quantized one under dtype auto),
+llama.cpp on the target's GGUF file (``llamacpp_*``, through the optional llama-cpp-python), and
+``target_fp32``, our target-only loop on the GGUF's weights dequantized to fp32: the reference every
+method's fidelity to the file's exact arithmetic is measured against.
+
+A method that raises is reported as failed in its row (why, in one line) and not run on the prompts that
+remain; the others finish, the table and JSON are written, and the exit status is 1.
 """
 
 from __future__ import annotations
@@ -29,10 +33,11 @@ from typing import Any
 
 import torch
 
-from dspark_lsp.bench.fidelity import fidelity
+from dspark_lsp.bench.fp32_reference import fp32_reference
 from dspark_lsp.bench.llamacpp import LlamaCppRunner, llamacpp_missing
 from dspark_lsp.bench.methods import BY_NAME, METHODS, HfMethod, LlamaCppMethod, LoopMethod, Method
 from dspark_lsp.bench.prompts import BenchPrompt, corpus_prompts, find_humaneval_dir, humaneval_prompts
+from dspark_lsp.bench.report import MethodResult, method_entries, print_table
 from dspark_lsp.drafts.causal_lm import ModelDraftSource
 from dspark_lsp.drafts.hybrid import HybridDraftSource
 from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
@@ -47,45 +52,6 @@ from dspark_lsp.models.loader import cpu_has_native_bf16
 from dspark_lsp.models.packing import is_packed
 from dspark_lsp.prompt import build_fim_prompt, outside_window_ids
 from dspark_lsp.service import CompletionService, ServiceConfig, set_lookup_corpus
-
-
-@dataclass
-class MethodResult:
-    name: str
-    skipped: str | None = None
-    tokens: int = 0
-    seconds: float = 0.0
-    target_forwards: int = 0
-    draft_forwards: int = 0
-    t_draft: float = 0.0
-    alt_proposed: int = 0
-    alt_accepted: int = 0
-    t_verify: float = 0.0
-    t_prefill: float = 0.0
-    outputs: list[list[int]] = field(default_factory=list)
-    per_prompt_seconds: list[float] = field(default_factory=list)
-    passed: int = 0
-    pass_total: int = 0
-    counts_forwards: bool = True
-    prefill_split: bool = True  # t_prefill measured (HF's generate does not split its prefill out)
-    engine: str = "dspark"  # "dspark" (our loop), "hf" or "llamacpp"
-    drafted: int = 0  # llamacpp_lookup: draft tokens sent to its verify forwards
-    by_language: dict[str, dict[str, float]] = field(default_factory=dict)
-
-    def add_language(self, lang: str, tokens: int, seconds: float, forwards: int) -> None:
-        d = self.by_language.setdefault(lang, {"tokens": 0, "seconds": 0.0, "target_forwards": 0})
-        d["tokens"] += tokens
-        d["seconds"] += seconds
-        d["target_forwards"] += forwards
-
-    def add_output(self, out: list[int], seconds: float, forwards: int, lang: str) -> None:
-        """One prompt's decode: its tokens, wall time and target forwards."""
-        self.tokens += len(out)
-        self.seconds += seconds
-        self.target_forwards += forwards
-        self.outputs.append(out)
-        self.per_prompt_seconds.append(seconds)
-        self.add_language(lang, len(out), seconds, forwards)
 
 
 @dataclass
@@ -172,12 +138,28 @@ def run_bench(args: argparse.Namespace) -> int:
     for i, pp in enumerate(bench.prepared):
         for preset in presets:
             r = results[preset.name]
-            if not r.skipped:
-                _run_method(bench, preset, pp, r)
+            if r.ran:
+                _guarded(r, f"on prompt {pp.prompt.id}", _run_method, bench, preset, pp, r)
         done = results["target_only"]
-        log(f"[{i + 1}/{len(bench.prepared)}] {pp.prompt.id}: target_only {done.per_prompt_seconds[-1]:.1f}s")
+        if done.ran:
+            log(f"[{i + 1}/{len(bench.prepared)}] {pp.prompt.id}: target_only {done.per_prompt_seconds[-1]:.1f}s")
     _finish(bench, results)
-    return 0
+    failed = [r.name for r in results.values() if r.failed]
+    if failed:
+        log(f"failed: {', '.join(failed)} (the reason is in each one's row)")
+    return 1 if failed else 0
+
+
+def _guarded(r: MethodResult, where: str, step: Callable[..., object], *args: Any) -> None:
+    """``step(*args)``, a failure of any kind recorded as ``r``'s (one line, logged) instead of raised: a
+    method that cannot run must not take every other method's results down with it. A failed method is not
+    run on the prompts that remain."""
+    try:
+        step(*args)
+    except Exception as exc:  # any failure: reported in the method's row, the run goes on
+        lines = str(exc).strip().splitlines()
+        r.failed = f"{type(exc).__name__} {where}: {lines[0] if lines else 'no message'}"
+        _log(f"{r.name} failed: {r.failed}")
 
 
 # ------------------------------------------------------------------------------------- loading
@@ -201,7 +183,7 @@ def _load(args: argparse.Namespace, presets: list[Method]) -> Bench:
     fp32_model: Any = None
     fp32_skip: str | None = None
     if any(isinstance(p, LoopMethod) and p.fp32 for p in presets):
-        fp32_model, fp32_skip = _fp32_reference(args, pair.target, service.target)
+        fp32_model, fp32_skip = fp32_reference(args, pair.target, service.target, _log)
     prepared = _prepare_prompts(args, service)
     bench = Bench(args, pair, service, assistant, assistant_name, fp32_model, fp32_skip, prepared,
                   _calibrate(service.target, args.no_pad))
@@ -242,21 +224,6 @@ def _assistant(args: argparse.Namespace, draft: DraftSource | None) -> tuple[Any
     model, _ = load_causal_lm(args.assistant, device="cpu", dtype=args.dtype, cache_root=args.cache_dir,
                               pack=args.pack)
     return model, args.assistant
-
-
-def _fp32_reference(args: argparse.Namespace, spec: str, target: Any) -> tuple[Any, str | None]:
-    """The fp32 reference: the target itself when it already is plain fp32, else a second model (or why
-    there is none: not enough memory)."""
-    if _is_plain_fp32(target):
-        return target, None
-    skip = _fp32_memory_shortfall(spec, args.cache_dir)
-    if skip is not None:
-        return None, skip
-    from dspark_lsp.models.loader import load_causal_lm
-
-    _log(f"loading the fp32 reference {spec} (dtype float32)")
-    model, _ = load_causal_lm(spec, device="cpu", dtype="float32", cache_root=args.cache_dir, pack=args.pack)
-    return model, None
 
 
 def _prepare_prompts(args: argparse.Namespace, service: CompletionService) -> list[Prepared]:
@@ -354,9 +321,9 @@ def _warm_fp32(bench: Bench, results: dict[str, MethodResult]) -> None:
     """Untimed, as the calibration warms the target: the first forwards of a model are slow."""
     if bench.fp32_decoder is None or results["target_fp32"].skipped or bench.fp32_model is bench.target:
         return
-    bench.fp32_decoder.generate(
-        bench.prepared[0].ids, config=DecodeConfig(max_new_tokens=2), draft=None, eos_ids=bench.eos
-    )
+    warm = functools.partial(bench.fp32_decoder.generate, bench.prepared[0].ids,
+                             config=DecodeConfig(max_new_tokens=2), draft=None, eos_ids=bench.eos)
+    _guarded(results["target_fp32"], "warming up", warm)
 
 
 # ------------------------------------------------------------------------------------- running
@@ -460,7 +427,7 @@ def _finish(bench: Bench, results: dict[str, MethodResult]) -> None:
         report["forward_cost_ms"] = _forward_costs(target, bench.draft, context=args.context_window, peer=peer)
     if args.syntax:
         report["syntax_step_cost"] = _syntax_costs()
-    _print_table(report)
+    print_table(report)
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(report, indent=2))
         _log(f"wrote {args.json_out}")
@@ -554,116 +521,6 @@ def _syntax_costs() -> dict[str, Any]:
     return out
 
 
-def _is_plain_fp32(model: Any) -> bool:
-    """True for a model already running plain fp32 weights (not the quantized GGUF path)."""
-    return weights_kind(model) == "float32"
-
-
-def _fp32_bytes(directory: Path) -> int | None:
-    """Bytes of a model directory's weights in fp32, from its safetensors index (no tensor read)."""
-    from safetensors import safe_open
-
-    files = sorted(directory.glob("*.safetensors"))
-    if not files:
-        return None
-    numel = 0
-    try:
-        for f in files:
-            with safe_open(str(f), framework="pt") as fh:
-                for name in fh.keys():
-                    n = 1
-                    for d in fh.get_slice(name).get_shape():
-                        n *= int(d)
-                    numel += n
-    except (OSError, ValueError, RuntimeError):
-        return None
-    return numel * 4
-
-
-def _mem_available() -> int | None:
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
-def _fp32_memory_shortfall(spec: str, cache_root: str | None) -> str | None:
-    """Why ``target_fp32`` is skipped for lack of memory, or None when its model fits (or we cannot tell)."""
-    from dspark_lsp.models.loader import resolve_model
-
-    source = resolve_model(spec, cache_root)
-    need = _fp32_bytes(source) if isinstance(source, Path) else None
-    avail = _mem_available()
-    if need is None or avail is None:
-        return None
-    need = int(need * 1.2) + (512 << 20)  # loading and packing copy some tensors; leave room for the rest
-    if avail >= need:
-        return None
-    return f"the fp32 reference needs ~{need / 2**30:.1f} GiB free, {avail / 2**30:.1f} GiB available"
-
-
-def _decode_tps(r: MethodResult) -> float | None:
-    """Tokens per second of the decode alone (after the prefill), for every method that times its prefill
-    (our loops, llama.cpp's; not HF's generate). All tokens over the time after the prefill, as before."""
-    if not r.prefill_split or r.seconds <= r.t_prefill:
-        return None
-    return r.tokens / (r.seconds - r.t_prefill)
-
-
-def _method_entry(r: MethodResult, base: MethodResult, reference: MethodResult | None,
-                  prompt_tokens: int) -> dict[str, Any]:
-    """One method's report: speed against ``base`` (target_only), prefill and decode apart, sameness to
-    ``base`` and fidelity to ``reference`` (target_fp32; None when it did not run)."""
-    if r.skipped:
-        return {"skipped": r.skipped}
-    base_tps = base.tokens / base.seconds if base.seconds else 0.0
-    base_dec = _decode_tps(base)
-    tps = r.tokens / r.seconds if r.seconds else 0.0
-    dt = _decode_tps(r)
-    ours = r.engine == "dspark"
-    return {
-        "engine": r.engine,
-        "tokens_per_s": round(tps, 3),
-        "speedup": round(tps / base_tps, 3) if base_tps else None,
-        "prefill_s": round(r.t_prefill, 3) if r.prefill_split else None,
-        "prefill_tokens_per_s": round(prompt_tokens / r.t_prefill, 1) if r.prefill_split and r.t_prefill else None,
-        "decode_tokens_per_s": None if dt is None else round(dt, 3),
-        "decode_speedup": round(dt / base_dec, 3) if dt is not None and base_dec else None,
-        "mean_accepted": round(r.tokens / r.target_forwards, 3) if r.counts_forwards and r.target_forwards else None,
-        "identical": all(a == b for a, b in zip(r.outputs, base.outputs, strict=True)),
-        "identical_prompts": sum(a == b for a, b in zip(r.outputs, base.outputs, strict=True)),
-        "vs_fp32": fidelity(r.outputs, reference.outputs) if reference is not None else None,
-        "tokens": r.tokens,
-        "seconds": round(r.seconds, 3),
-        "target_forwards": r.target_forwards if r.counts_forwards else None,
-        "draft_forwards": r.draft_forwards if ours else None,
-        "drafted_tokens": r.drafted if r.engine == "llamacpp" else None,
-        "alternates": {"proposed": r.alt_proposed, "accepted": r.alt_accepted} if ours else None,
-        "time_split_s": {
-            "prefill": round(r.t_prefill, 3),
-            "draft": round(r.t_draft, 3),
-            # llama.cpp's decode time is not split into its forwards and the rest
-            "verify": round(r.t_verify, 3) if ours else None,
-        }
-        if r.prefill_split
-        else None,
-        "pass_at_1": round(r.passed / r.pass_total, 4) if r.pass_total else None,
-        "by_language": {
-            lang: {
-                "tokens_per_s": round(d["tokens"] / d["seconds"], 3) if d["seconds"] else 0.0,
-                "mean_accepted": round(d["tokens"] / d["target_forwards"], 3)
-                if r.counts_forwards and d["target_forwards"]
-                else None,
-            }
-            for lang, d in r.by_language.items()
-        },
-    }
-
-
 def _report(
     args: argparse.Namespace,
     pair: Any,
@@ -673,11 +530,7 @@ def _report(
     verify_cost: dict[int, float],
     dtype_name: str,
 ) -> dict[str, Any]:
-    base = results["target_only"]
-    ref = results.get("target_fp32")
-    reference = ref if ref is not None and not ref.skipped else None
-    prompt_tokens = sum(len(p.ids) for p in prepared)
-    methods = {name: _method_entry(r, base, reference, prompt_tokens) for name, r in results.items()}
+    methods = method_entries(results, sum(len(p.ids) for p in prepared))
     return {
         "model": {"target": pair.target, "draft": pair.draft or pair.draft_kind, "assistant": assistant_name},
         "settings": {
@@ -697,59 +550,6 @@ def _report(
         "prompts": [{"id": p.prompt.id, "source": p.prompt.source, "language": p.language, "prompt_tokens": len(p.ids)} for p in prepared],
         "methods": methods,
     }
-
-
-TABLE_HEADER = (
-    f"{'method':24} {'tok/s':>8} {'speedup':>8} {'prefill s':>9} {'dec tok/s':>9} {'decode x':>8} {'acc/fwd':>8} "
-    f"{'identical':>10} {'=fp32':>6} {'div mean/min':>12} {'pass@1':>7} {'draft s':>8} {'verify s':>9}"
-)
-
-
-def _table_row(name: str, r: dict[str, Any]) -> str:
-    """One method's line of the table: "n/a" where a method cannot measure a figure (HF's generate has
-    no prefill split), "-" where it has none (no fp32 reference ran, no forward count, no test)."""
-    if "skipped" in r:
-        return f"{name:24} skipped: {r['skipped']}"
-
-    def num(v: float | None, fmt: str, missing: str = "-") -> str:
-        return missing if v is None else format(v, fmt)
-
-    split = r.get("time_split_s") or {}
-    na = "n/a" if r.get("prefill_s") is None else "-"
-    fid = r.get("vs_fp32")
-    same = "-" if fid is None or fid["identical_share"] is None else f"{fid['identical_share']:.2f}"
-    div = "-" if fid is None or fid["mean_first_divergence"] is None else (
-        f"{fid['mean_first_divergence']:.1f}/{fid['min_first_divergence']}")
-    return (
-        f"{name:24} {r['tokens_per_s']:8.2f} {num(r['speedup'], '.2f'):>8} {num(r.get('prefill_s'), '.2f', na):>9} "
-        f"{num(r.get('decode_tokens_per_s'), '.2f', na):>9} {num(r.get('decode_speedup'), '.2f', na):>8} "
-        f"{num(r['mean_accepted'], '.2f'):>8} {str(r['identical']):>10} {same:>6} {div:>12} "
-        f"{num(r['pass_at_1'], '.2f'):>7} {num(split.get('draft'), '.2f'):>8} {num(split.get('verify'), '.2f'):>9}"
-    )
-
-
-def _print_table(report: dict[str, Any]) -> None:
-    m = report["model"]
-    print(f"target={m['target']} draft={m['draft']} assistant={m['assistant']} prompts={len(report['prompts'])} "
-          f"weights={report['settings']['dtype']}")
-    print(TABLE_HEADER)
-    print("-" * len(TABLE_HEADER))
-    for name, r in report["methods"].items():
-        print(_table_row(name, r))
-    print("prefill s: all prompts' prefill; dec tok/s: tokens over the time after it; =fp32: share of prompts "
-          "identical to target_fp32; div mean/min: first differing token vs target_fp32 (identical = full length)")
-    fc = report.get("forward_cost_ms")
-    if fc:
-        sizes = "/".join(fc["target"])
-        line = f"one forward of {sizes} tokens on {fc['context']}: ours " + " / ".join(
-            f"{v:.1f}" for v in fc["target"].values()) + " ms"
-        if "llamacpp" in fc:
-            line += "; llama.cpp " + " / ".join(f"{v:.1f}" for v in fc["llamacpp"].values()) + " ms"
-        print(line)
-    if "syntax_step_cost" in report:
-        print("syntax classification cost per decode step (2,000-line file):")
-        for lang, d in report["syntax_step_cost"].items():
-            print(f"  {lang:12} {d}")
 
 
 def _log(msg: str) -> None:

@@ -99,7 +99,11 @@ class FileRows:
                 values = self.expand(order)
                 return values[torch.tensor([where[r] for r in flat], dtype=torch.long)].reshape(*ids.shape, self.k)
             if self._table is None:
-                self._table = torch.empty(self.cache_rows, self.k, dtype=torch.float32)
+                # A normal tensor whatever mode the first lookup runs in: one made under inference mode
+                # could never be written outside it, and the engine (inference mode) and transformers'
+                # generate (no_grad: the bench's hf_* methods) look rows up in the same table (issue 33).
+                with torch.inference_mode(False):
+                    self._table = torch.empty(self.cache_rows, self.k, dtype=torch.float32)
             slot = self._slot
             missing = []
             for r in wanted:

@@ -692,14 +692,21 @@ Mat make_mat(int64_t kind, const at::Tensor& codes, const at::Tensor& scale, con
 // the default pair: peak RSS 1,587-1,676 MB against 1,160-1,190 MB after the trim, issue 14). A buffer
 // that stays costs its size once and no page faults per product. Slots: 0 the fp32 weight tile; 1-3 the
 // bf16 activations, weight tile and product.
-at::Tensor& kept_buffer(int slot, int64_t elems, at::ScalarType dtype) {
+//
+// What a caller gets is a fresh tensor over the kept memory, not the kept tensor itself: a tensor made
+// under torch.inference_mode is an inference tensor for good, and writing into one outside that mode
+// raises. The engine's decode runs in inference mode and transformers' generate (the bench's hf_*
+// methods) under no_grad, so a buffer first allocated by one and written by the other crashed the
+// prefill (issue 33). A wrapper made per product belongs to the caller's mode, whichever it is. It
+// lives for one product only: the next product on this thread may replace the memory it points at.
+at::Tensor kept_buffer(int slot, int64_t elems, at::ScalarType dtype) {
   thread_local at::Tensor bufs[4];
   at::Tensor& buf = bufs[slot];
   if (!buf.defined() || buf.numel() < elems) {
     buf = at::Tensor();  // the smaller buffer goes before the larger one is allocated
     buf = at::empty({elems}, dtype);
   }
-  return buf;
+  return at::from_blob(buf.data_ptr(), {elems}, at::TensorOptions().dtype(dtype));
 }
 
 float* prefill_tile(int64_t elems) { return kept_buffer(0, elems, at::kFloat).data_ptr<float>(); }
