@@ -1,0 +1,1 @@
+#define LOCAL_MAX 4

@@ -1,0 +1,3 @@
+package cart
+
+const Rate = 20

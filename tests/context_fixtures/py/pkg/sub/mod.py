@@ -1,0 +1,6 @@
+def deep(a, b):
+    """Deep."""
+    return a + b
+
+
+RATE = 0.5

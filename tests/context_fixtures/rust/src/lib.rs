@@ -1,0 +1,4 @@
+pub mod shapes;
+mod util;
+
+pub fn version() -> u32 { 1 }

@@ -1,0 +1,3 @@
+use super::Square;
+
+pub struct Circle { pub r: f64 }

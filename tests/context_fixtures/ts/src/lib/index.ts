@@ -1,0 +1,6 @@
+export interface Shape {
+  area(): number;
+  name: string;
+}
+
+export type Id = string | number;

@@ -1,0 +1,2 @@
+const util = require('./util.js');
+const { greet, shout: loud } = require('./util');
