@@ -146,6 +146,36 @@ def test_a_second_pass_adds_only_missing_pairs(
                 {"model": "other", "service": {}})  # fmt: skip
 
 
+def test_definitions_variant_resolves_the_import_over_the_package(
+    fetched: tuple[Manifest, Path, list[Hole]], tmp_path: Path
+) -> None:
+    manifest, cache, holes = fetched
+    service = FakeService(targets=_targets(holes))
+    run_set(service, service.config, manifest, cache, [("python", holes[0])], RepoRunConfig(["+defs"], peer_after=None),
+            {"model": "fake", "service": {}})  # fmt: skip
+    (req,) = service.requests
+    assert req.context and all(c.source == "definition" for c in req.context)
+    assert any(c.path == "p/util.py" and "def helper(x)" in c.text for c in req.context)
+
+
+def test_the_peer_can_run_in_a_later_pass_on_the_saved_prompts(
+    fetched: tuple[Manifest, Path, list[Hole]], tmp_path: Path
+) -> None:
+    manifest, cache, holes = fetched
+    items = [("python", h) for h in holes]
+    first = FakeService(targets=_targets(holes))
+    run_set(first, first.config, manifest, cache, items, RepoRunConfig(["+open"], peer_after="+open", out=tmp_path),
+            {"model": "fake", "service": {}})  # fmt: skip
+    shown = [r.text[: r.offset] for r in first.requests]
+    second, peer = FakeService(targets=_targets(holes)), FakePeer()
+    report = run_set(second, second.config, manifest, cache, items,
+                     RepoRunConfig(["+open"], peer_after="+open", out=tmp_path), {"model": "fake", "service": {}},
+                     peer)  # fmt: skip
+    assert second.requests == []  # no decode: the prompts came from the first pass's file
+    assert [p.split(">", 1)[1] for p in peer.prompts] == shown
+    assert sum(r["method"] == PEER for r in report["records"]) == 2
+
+
 def test_interleave_takes_the_first_holes_of_each_language() -> None:
     def h(i: int) -> Hole:
         return Hole(str(i), "p", "f", i, 0, "n", "t", ())

@@ -17,11 +17,13 @@ all        768                        256 tokens of both
 The peer (``llama.cpp``) gets the exact prompt text of the ``all`` variant. Every variant's prefix
 cache is emptied before each hole, so latencies are cold (a first request), comparable with the peer's.
 The report is rewritten after every hole; a run pointed at an existing report's folder keeps its
-records and adds only the (hole, method) pairs it lacks, so variants can be run in several passes.
+records and adds only the (hole, method) pairs it lacks, so variants can be run in several passes; the
+peer's prompts are kept there too (``prompts.jsonl.gz``), so the peer can run in a later pass.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import sys
 import time
@@ -37,6 +39,7 @@ from dspark_lsp.evaluation.repo_set import Hole, hole_document, load_holes
 
 PEER = "llama.cpp"
 REPORT = "report.json"
+PROMPTS = "prompts.jsonl.gz"
 TABLE = "table.md"
 
 
@@ -192,18 +195,47 @@ def write_report(out: Path, records: list[Record], settings: dict[str, Any], met
     return report
 
 
+class PromptStore:
+    """The exact prompt text of the peer's variant for each hole, kept in the output folder
+    (``prompts.jsonl.gz``), so a later pass gives the peer the same prompt without decoding it again."""
+
+    def __init__(self, out: Path | None) -> None:
+        self.path = out / PROMPTS if out is not None else None
+        self.prompts: dict[tuple[str, str], str] = {}
+        if self.path is not None and self.path.is_file():
+            try:
+                with gzip.open(self.path, "rt", encoding="utf-8") as f:
+                    for line in f:
+                        row = json.loads(line)
+                        self.prompts[(row["hole"], row["method"])] = row["prompt"]
+            except (OSError, EOFError, ValueError, KeyError, TypeError) as exc:
+                raise UserError(f"{self.path}: unreadable ({exc}); delete it to decode the prompts again") from exc
+
+    def get(self, hole: str, method: str) -> str | None:
+        return self.prompts.get((hole, method))
+
+    def put(self, hole: str, method: str, prompt: str) -> None:
+        self.prompts[(hole, method)] = prompt
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with gzip.open(self.path, "at", encoding="utf-8") as f:  # a gzip member per line: still one file
+                f.write(json.dumps({"hole": hole, "method": method, "prompt": prompt}, ensure_ascii=False) + "\n")
+
+
 def _hole_records(service: Any, base_cfg: Any, pkg: Package, hole: Hole, builder: ContextBuilder,
-                  cfg: RepoRunConfig, peer: Any, have: set[tuple[str, str]]) -> Iterator[Record]:  # fmt: skip
-    prompt_for_peer = None
+                  cfg: RepoRunConfig, peer: Any, have: set[tuple[str, str]],
+                  prompts: PromptStore) -> Iterator[Record]:  # fmt: skip
     need_peer = peer is not None and cfg.peer_after is not None and (hole.id, PEER) not in have
     for name in cfg.variants:
-        if (hole.id, name) in have and not (need_peer and name == cfg.peer_after):
+        keep_prompt = name == cfg.peer_after
+        if (hole.id, name) in have and not (keep_prompt and prompts.get(hole.id, name) is None):
             continue
         rec, prompt = run_variant(service, base_cfg, pkg, hole, builder, name, VARIANTS[name])
-        if name == cfg.peer_after:
-            prompt_for_peer = prompt
+        if keep_prompt:
+            prompts.put(hole.id, name, prompt)
         if (hole.id, name) not in have:
             yield rec
+    prompt_for_peer = prompts.get(hole.id, cfg.peer_after) if cfg.peer_after else None
     if need_peer and prompt_for_peer is not None:
         ans = peer.complete(prompt_for_peer)
         yield make_record(hole.id, pkg.language, PEER, ans.text, hole.target, ans.latency_ms, ans.prompt_tokens)
@@ -216,6 +248,7 @@ def run_set(service: Any, base_cfg: Any, manifest: Manifest, cache: Path, holes:
     packages = {p.name: p for p in manifest.packages}
     builders: dict[str, ContextBuilder] = {}
     records = load_previous(cfg.out, settings)
+    prompts = PromptStore(cfg.out)
     have = {(r.hole, r.method) for r in records}
     methods = _methods(cfg, peer, records)
     t_loop = time.perf_counter()
@@ -225,7 +258,7 @@ def run_set(service: Any, base_cfg: Any, manifest: Manifest, cache: Path, holes:
             raise UserError(f"{hole.id}: package {hole.package} is not in the manifest")
         if pkg.name not in builders:
             builders[pkg.name] = ContextBuilder(package_root(pkg, cache))
-        new = list(_hole_records(service, base_cfg, pkg, hole, builders[pkg.name], cfg, peer, have))
+        new = list(_hole_records(service, base_cfg, pkg, hole, builders[pkg.name], cfg, peer, have, prompts))
         records += new
         have |= {(r.hole, r.method) for r in new}
         if cfg.out is not None:
