@@ -73,11 +73,59 @@ class Lookup(Protocol):
 
 # -- parsing ---------------------------------------------------------------------------------------
 _parsers = threading.local()
+# Where an import statement starts, per language: only those lines (and their continuations) are parsed
+# for imports, so a long file costs a regex scan, not a full parse, on every completion.
+_STARTS = {
+    "python": r"[ \t]*(?:import|from)[ \t]",
+    "js": r"[ \t]*import\b|.*\brequire[ \t]*\(",
+    "go": r"[ \t]*import\b",
+    "rust": r"[ \t]*(?:pub(?:\([^)]*\))?[ \t]+)?(?:use|mod)[ \t]",
+    "java": r"[ \t]*import[ \t]",
+    "c": r"[ \t]*#[ \t]*include\b",
+}
+_START_RES = {k: re.compile(v, re.MULTILINE) for k, v in _STARTS.items()}
+MAX_STATEMENT_LINES = 200
+IMPORTS_CACHE = 64
+
+
+def _family(language: str) -> str:
+    return "js" if language in JS_FAMILY else "c" if language in C_FAMILY else language
+
+
+@functools.cache
+def _loaded(language: str) -> LoadedLanguage | None:
+    return load_language(language)
+
+
+def import_text(text: str, language: str) -> str | None:
+    """``text`` with only its import statements kept (dedented; every other line blank, so line numbers
+    hold), or None for a language without a start pattern."""
+    start = _START_RES.get(_family(language))
+    if start is None:
+        return None
+    lines = text.split("\n")
+    kept = [""] * len(lines)
+    row, pos, last = 0, 0, -1
+    for m in start.finditer(text):
+        row += text.count("\n", pos, m.start())
+        pos = m.start()
+        if row <= last:
+            continue
+        depth, j = 0, row
+        while j < len(lines) and j - row < MAX_STATEMENT_LINES:
+            line = lines[j]
+            kept[j] = line.strip()
+            depth += sum(line.count(c) for c in "([{") - sum(line.count(c) for c in ")]}")
+            if depth <= 0 and not line.rstrip().endswith("\\"):
+                break
+            j += 1
+        last = j
+    return "\n".join(kept)
 
 
 def parse(text: str, language: str) -> Tree | None:
     """The tree of ``text`` (one parser per language and thread), or None for an unknown language."""
-    loaded = load_language(language)
+    loaded = _loaded(language)
     if loaded is None:
         return None
     cache: dict[str, Parser] = getattr(_parsers, "by_language", None) or {}
@@ -90,7 +138,7 @@ def parse(text: str, language: str) -> Tree | None:
 
 @functools.cache
 def _imports_query(language: str) -> tuple[LoadedLanguage, Query] | None:
-    loaded = load_language(language)
+    loaded = _loaded(language)
     if loaded is None:
         return None
     path = loaded.spec.directory / "imports.scm"
@@ -111,15 +159,36 @@ def _text(node: Node) -> str:
 
 
 # -- finding imports -------------------------------------------------------------------------------
+_imports_cache: dict[tuple[str, str], list[Import]] = {}  # by the import lines' text
+_imports_lock = threading.Lock()
+
+
 def find_imports(text: str, language: str, tree: Tree | None = None) -> list[Import]:
-    """The imports of ``text`` in file order ([] for a language without an imports query)."""
+    """The imports of ``text`` in file order ([] for a language without an imports query). Without a
+    ``tree`` only the import statements' lines are parsed, and the answer is cached by them: typing
+    elsewhere in the file costs a regex scan."""
     found = _imports_query(language)
     if found is None:
         return []
-    tree = tree or parse(text, language)
+    if tree is None:
+        reduced = import_text(text, language)
+        key = (language, reduced if reduced is not None else text)
+        with _imports_lock:
+            cached = _imports_cache.get(key)
+        if cached is None:
+            cached = _find(found[1], parse(key[1], language), language)
+            with _imports_lock:
+                if len(_imports_cache) >= IMPORTS_CACHE:
+                    _imports_cache.pop(next(iter(_imports_cache)))
+                _imports_cache[key] = cached
+        return list(cached)
+    return _find(found[1], tree, language)
+
+
+def _find(query: Query, tree: Tree | None, language: str) -> list[Import]:
     if tree is None:
         return []
-    matches = QueryCursor(found[1]).matches(tree.root_node)
+    matches = QueryCursor(query).matches(tree.root_node)
     if language == "rust":
         return _rust_imports(matches)
     if language == "java":
@@ -253,7 +322,7 @@ def resolve_import(imp: Import, current_path: str | Path, language: str, lookup:
     name under it: `from pkg import mod`, Java's `import a.b.C`), nearest first; [] when it is not the
     project's own."""
     current = Path(os.path.abspath(current_path))
-    resolver = _RESOLVERS.get("js" if language in JS_FAMILY else "c" if language in C_FAMILY else language)
+    resolver = _RESOLVERS.get(_family(language))
     if resolver is None:
         return []
     return resolver(imp, current, lookup, member)[:MAX_CANDIDATES]

@@ -36,6 +36,7 @@ DEFAULT_SKIP_DIRS = frozenset({
 })
 # A file whose first bytes hold a NUL is binary (what git's own heuristic looks at).
 BINARY_SNIFF_BYTES = 8192
+MAX_LINK_LOGS = 20  # links not followed, named one by one in the log up to this many per walk
 
 
 @dataclass(frozen=True)
@@ -216,6 +217,8 @@ class Workspace:
                         stats["links"] += 1
                         if entry.is_file() and self.contains(entry.path):  # a link to a file inside: fine
                             index.add(entry.path)
+                        elif stats["links"] <= MAX_LINK_LOGS:
+                            self._skip("a link not followed (a folder, a loop, or leading out)", entry.path)
                     elif entry.is_dir(follow_symlinks=False):
                         if name not in lim.skip_dirs and not name.endswith(".egg-info"):
                             stack.append(entry.path)
@@ -280,7 +283,11 @@ class Workspace:
     def exists(self, path: str | Path) -> bool:
         """A regular file under a workspace folder (asked of the disk: the index may still be building)."""
         try:
-            return self.contains(path) and os.path.isfile(path)
+            if self.contains(path):
+                return os.path.isfile(path)
+            if self.roots and os.path.lexists(path):  # there, but a link leads it out: say so once
+                self._skip("outside the workspace folders", path)
+            return False
         except (OSError, ValueError):
             return False
 
