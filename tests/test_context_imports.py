@@ -220,3 +220,30 @@ def test_resolution_through_a_dict_lookup() -> None:
     assert near_b == [root / "b/pkg/mod.py", root / "a/pkg/mod.py"]  # the one beside the file first
     assert resolve_import(Import("./lib/x"), root / "web/app.ts", "tsx", lookup) == [root / "web/lib/x.tsx"]
     assert resolve_import(Import("./x"), root / "a.kt", "kotlin", lookup) == []
+
+
+def test_multi_line_statements_keep_their_lines() -> None:
+    ts = "const a = 1;\nimport {\n  x,\n  y as z,\n} from './m';\nfoo(a);\nimport w from './w';\n"
+    found = find_imports(ts, "typescript")
+    assert brief(found) == [("./m", names("x", "y:z"), 0, None, False), ("./w", names("default:w"), 0, None, False)]
+    assert [(i.line, i.end_line) for i in found] == [(1, 4), (6, 6)]
+    rust = "fn f() {}\nuse crate::a::{\n    B,\n    c::D,\n};\n"
+    assert brief(find_imports(rust, "rust")) == [("crate::a", names("B"), 0, None, False),
+                                                 ("crate::a::c", names("D"), 0, None, False)]  # fmt: skip
+    py = "x = 1\nif TYPE_CHECKING:\n    from a import (\n        B,\n    )\ntry:\n    import c \\\n        as d\nexcept ImportError:\n    pass\n"
+    assert brief(find_imports(py, "python")) == [("a", names("B"), 0, None, False), ("c", (), 0, "d", False)]
+
+
+def test_typing_outside_the_imports_parses_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dspark_lsp.context import imports
+
+    calls: list[str] = []
+    real = imports.parse
+    monkeypatch.setattr(imports, "parse", lambda text, lang: calls.append(text) or real(text, lang))
+    head = "import os\nfrom .unique_module_for_this_test import thing\n\n"
+    first = find_imports(head + "x = thi", "python")
+    again = find_imports(head + "x = thing(", "python")
+    assert first == again and len(first) == 2
+    assert len(calls) == 1 and "x = " not in calls[0]  # only the import lines were parsed, once
+    find_imports(head + "import sys\n", "python")
+    assert len(calls) == 2

@@ -36,6 +36,7 @@ DEFAULT_SKIP_DIRS = frozenset({
 })
 # A file whose first bytes hold a NUL is binary (what git's own heuristic looks at).
 BINARY_SNIFF_BYTES = 8192
+MAX_PENDING_EVENTS = 10_000  # watched-file events queued while the walk runs
 MAX_LINK_LOGS = 20  # links not followed, named one by one in the log up to this many per walk
 
 
@@ -233,7 +234,10 @@ class Workspace:
         p = Path(os.path.abspath(path))
         with self._lock:
             if self._thread is not None and not self._done.is_set():
-                self._pending.append((p, kind))
+                if len(self._pending) < MAX_PENDING_EVENTS:
+                    self._pending.append((p, kind))
+                else:  # a burst (a checkout) during the walk: the walk itself sees most of it
+                    self._skip("file events while indexing: too many, the rest dropped", self.roots[0])
                 return
             self._apply(p, kind)
 
