@@ -48,6 +48,21 @@ def _field(value: Any, name: str) -> Any:
     return value.get(name) if isinstance(value, dict) else getattr(value, name, None)
 
 
+def cursor_rested(server: DSparkServer, params: Any) -> None:
+    """`dspark/cursor`: our clients' hint that the cursor rests at a position; warm the prompt there."""
+    parsed = cursor_params(params)
+    doc = server.docs.get(parsed[0]) if parsed is not None else None
+    if parsed is None or doc is None:
+        log.debug("dspark/cursor ignored: %r", params)
+        return
+    uri, line, character = parsed
+    try:
+        at = doc.offset_at(line, character, server.encoding, strict=False)
+    except PositionError:
+        return
+    server.warmer.schedule(uri, at, CURSOR_DELAY_S)
+
+
 def register(server: DSparkServer) -> None:
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     def did_open(params: types.DidOpenTextDocumentParams) -> None:
@@ -99,18 +114,7 @@ def register(server: DSparkServer) -> None:
 
     @server.feature(CURSOR_METHOD)
     def cursor(params: Any) -> None:
-        """Our clients' hint that the cursor rests at a position: warm the prompt there."""
-        parsed = cursor_params(params)
-        doc = server.docs.get(parsed[0]) if parsed is not None else None
-        if parsed is None or doc is None:
-            log.debug("dspark/cursor ignored: %r", params)
-            return
-        uri, line, character = parsed
-        try:
-            at = doc.offset_at(line, character, server.encoding, strict=False)
-        except PositionError:
-            return
-        server.warmer.schedule(uri, at, CURSOR_DELAY_S)
+        cursor_rested(server, params)
 
     @server.feature(DOCUMENT_TEXT_METHOD)
     def document_text_request(params: Any) -> dict[str, Any] | None:
