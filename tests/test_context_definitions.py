@@ -335,3 +335,24 @@ def test_fast_on_a_two_thousand_line_file(ws: Workspace) -> None:
         times.append(time.perf_counter() - began)
         assert got == first
     assert min(times) < 0.020, times
+
+
+def test_barrel_reexports_are_followed(ws: Workspace) -> None:
+    got = defs(ws, "ts/src/use_barrel.ts", "isPlain(new Widget(", "typescript")
+    assert got == [
+        ContextFile("ts/src/barrel/utils/thing.ts", "export class Thing {\n  size = 1\n}", "definition"),
+        ContextFile("ts/src/barrel/utils/common.ts",
+                    "/** Is it a plain object? */\nexport function isPlain(x: unknown): boolean { ... }", "definition"),
+    ]  # fmt: skip  (Widget is `Thing as Widget`; index.ts <-> loop.ts re-export each other: no hang)
+    text = "import { nothing } from './barrel'\nnothing("
+    assert definitions_for(text, len(text), "ts/src/x.ts", "typescript", ws, max_chars=4000) == []
+
+
+def test_names_of_the_own_package(ws: Workspace) -> None:
+    go = defs(ws, "go/cart/sum.go", "return Total(", "go")  # Total lives in cart.go, no import needed
+    assert go[0].path == "go/cart/cart.go"
+    assert go[0].text.startswith("// Total sums the prices.\nfunc Total(items []Item) int { ... }\n\n")
+    assert "type Item struct {" in go[0].text  # `[]Item` in the signature above: the same file, one piece
+    java = defs(ws, "java/src/main/java/com/acme/util/Joiner.java", "Strings.padLeft(", "java")
+    assert [d.path for d in java] == ["java/src/main/java/com/acme/util/Strings.java"]
+    assert "public static String padLeft(String s, int width)" in java[0].text

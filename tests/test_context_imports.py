@@ -152,7 +152,7 @@ def test_go_resolution(ws: Workspace) -> None:
     imps = find_imports(main.read_text(), "go")
     cart = first(imps, "example.com/shop/cart")
     assert cart.alias == "c"
-    assert rel(ws, resolve_import(cart, main, "go", ws)) == ["go/cart/cart.go", "go/cart/tax.go"]  # no tests
+    assert rel(ws, resolve_import(cart, main, "go", ws)) == ["go/cart/cart.go", "go/cart/sum.go", "go/cart/tax.go"]  # no tests
     assert resolve_import(first(imps, "fmt"), main, "go", ws) == []
 
 
@@ -247,3 +247,28 @@ def test_typing_outside_the_imports_parses_nothing(monkeypatch: pytest.MonkeyPat
     assert len(calls) == 1 and "x = " not in calls[0]  # only the import lines were parsed, once
     find_imports(head + "import sys\n", "python")
     assert len(calls) == 2
+
+
+def test_reexports_are_found_but_bind_nothing() -> None:
+    src = "export * from './a'\nexport { b, c as d } from './b'\nexport const x = 1\nconst s = 'import y from z'\n"
+    found = find_imports(src, "typescript")
+    assert brief(found) == [("./a", (), 0, None, True), ("./b", names("b", "c:d"), 0, None, False)]
+    assert all(i.reexport for i in found)
+    assert not find_imports("import {a} from './a'\n", "typescript")[0].reexport
+
+
+def test_import_words_mid_line_start_no_statement() -> None:
+    src = "x = 'from a import b'\ny = 1  # import os\nimport real\n"
+    assert [i.module for i in find_imports(src, "python")] == ["real"]
+
+
+def test_package_files(ws: Workspace) -> None:
+    from dspark_lsp.context.imports import package_files
+
+    cart = FIXTURES / "go/cart/cart.go"
+    assert rel(ws, package_files(cart, "go", ws)) == ["go/cart/sum.go", "go/cart/tax.go"]  # no tests, not itself
+    test = FIXTURES / "go/cart/cart_test.go"
+    assert "go/cart/cart.go" in rel(ws, package_files(test, "go", ws))
+    joiner = FIXTURES / "java/src/main/java/com/acme/util/Joiner.java"
+    assert rel(ws, package_files(joiner, "java", ws, "Strings")) == ["java/src/main/java/com/acme/util/Strings.java"]
+    assert package_files(joiner, "java", ws, "Nope") == [] and package_files(cart, "python", ws) == []

@@ -270,3 +270,24 @@ def test_close_stops_and_empties(tmp_path: Path) -> None:
     ws = built(tmp_path)
     ws.close()
     assert ws.files_named("a.py") == [] and ws.ready
+
+
+def test_a_folder_of_many_files_indexes_in_linear_time(tmp_path: Path) -> None:
+    for i in range(12_000):
+        os.close(os.open(tmp_path / f"m{i}.py", os.O_CREAT | os.O_WRONLY))
+    began = time.monotonic()
+    ws = built(tmp_path)
+    took = time.monotonic() - began
+    assert ws.file_count == 12_000 and not ws.truncated
+    assert took < 1.0, took  # ~0.02 s; a list per folder (quadratic) took seconds
+
+
+def test_exists_answers_from_the_complete_index(tmp_path: Path) -> None:
+    write(tmp_path, "a.py")
+    ws = built(tmp_path)
+    late = write(tmp_path, "late.py")  # created with no watched-file event yet
+    assert ws.exists(tmp_path / "a.py") and not ws.exists(late)  # no disk access for a full index
+    ws.update(late, "created")
+    assert ws.exists(late)
+    partial = built(tmp_path, max_files=1)  # a partial index falls back to the disk
+    assert partial.truncated and partial.exists(tmp_path / "a.py") and partial.exists(late)

@@ -23,17 +23,22 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
-from dspark_lsp.context.imports import Import, Lookup, find_imports, resolve_import
+from dspark_lsp.context.imports import JS_FAMILY, Import, Lookup, find_imports, package_files, resolve_import
 from dspark_lsp.context.outline import KINDS, Outliner
 from dspark_lsp.context.types import ContextFile
+from dspark_lsp.syntax.languages import load_language
 
 log = logging.getLogger(__name__)
 
 MAX_NAMES = 48  # distinct names looked at per completion (the nearest ones)
 MAX_WILDCARD_FILES = 8  # files a wildcard import brings that are searched for a name
-CACHE_FILES = 128  # other files' parses kept (by path and text)
+MAX_PACKAGE_FILES = 64  # a Go package's other files searched for a name it uses unimported
+MAX_REEXPORT_DEPTH = 3  # barrel files followed (`export * from './x'`)
+MAX_REEXPORT_FILES = 200  # files a barrel's `export *` chains may bring
+CACHE_FILES = 256  # other files' parses kept (by path and text)
 # A name, or a chain of them (`mod.attr`, `crate::a::B`), as the model would read it.
 _CHAIN = re.compile(r"[A-Za-z_$][\w$]*(?:\s*(?:\.|::|->)\s*[A-Za-z_$][\w$]*)*")
+_PACKAGE_CLAUSE = re.compile(r"^[ \t]*package[ \t]", re.MULTILINE)
 _SEPARATORS = re.compile(r"\s*(?:\.|::|->)\s*")
 
 
@@ -112,6 +117,23 @@ class _Resolver:
     def __post_init__(self) -> None:
         self._texts: dict[Path, str | None] = {}
         self._resolved: dict[tuple[Import, str | None], list[Path]] = {}
+        self._package: list[Path] | None = None
+        self._reaches: dict[Path, _Reach] = {}
+        self._resolved_from: dict[tuple[Import, Path], list[Path]] = {}
+        loaded = load_language(self.language)
+        self.keywords = loaded.keywords if loaded is not None else frozenset()
+
+    def package(self, name: str) -> list[Path]:
+        """The files of the current file's own package that may define ``name`` (Go, Java)."""
+        try:
+            if self.language == "java":
+                return package_files(self.current, "java", self.lookup, name)
+            if self._package is None:
+                self._package = package_files(self.current, self.language, self.lookup)[:MAX_PACKAGE_FILES]
+            return self._package
+        except Exception:
+            log.exception("context: listing the package of %s failed", self.current)
+            return []
 
     def text(self, path: Path) -> str | None:
         if path not in self._texts:
@@ -132,16 +154,81 @@ class _Resolver:
                 self._resolved[key] = []
         return self._resolved[key]
 
+    def files_from(self, imp: Import, path: Path, language: str) -> list[Path]:
+        """``imp`` of another file (a re-export), resolved from that file."""
+        key = (imp, path)
+        if key not in self._resolved_from:
+            try:
+                self._resolved_from[key] = resolve_import(imp, path, language, self.lookup)
+            except Exception:
+                log.exception("context: resolving %r from %s failed", imp.module, path)
+                self._resolved_from[key] = []
+        return self._resolved_from[key]
+
     def outline_in(self, paths: list[Path], name: str | None, max_chars: int) -> tuple[Path, str] | None:
-        """The first of ``paths`` that defines ``name`` (None: the module outline), with its outline."""
+        """The first of ``paths`` that defines ``name`` (None: the module outline), with its outline; a
+        JS/TS file that only re-exports the name is followed to where it is defined."""
+        seen: set[Path] = set()
         for path in paths:
-            text = self.text(path)
-            if text is None or (name is not None and not re.search(rf"(?<![\w$]){re.escape(name)}(?![\w$])", text)):
-                continue  # no parse for a file that never spells the name
-            found = _outliner(path, text, _file_language(path, self.language)).of(name, max_chars)
+            found = self._defined_in(path, name, max_chars, 0, seen)
             if found:
-                return path, found
+                return found
         return None
+
+    def _defined_in(self, path: Path, name: str | None, max_chars: int, depth: int,
+                    seen: set[Path]) -> tuple[Path, str] | None:  # fmt: skip
+        """``name``'s outline in the file at ``path``, or (JS/TS) in a file it re-exports from."""
+        if path in seen:  # a re-export cycle, or a file already looked at for this name
+            return None
+        seen.add(path)
+        reach = self._reach(path)
+        for where, outliner in reach.files if name is not None else reach.files[:1]:
+            if name is None or name in outliner.words:  # no parse for a file that never spells the name
+                body = outliner.of(name, max_chars)
+                if body:
+                    return where, body
+        if name is None or depth >= MAX_REEXPORT_DEPTH:
+            return None
+        for where, imp in reach.named:  # `export {a as name} from './x'`
+            there = next((n.name for n in imp.names if n.alias == name), None)
+            for target in self.files_from(imp, where, _file_language(where, self.language)) if there else ():
+                found = self._defined_in(target, there, max_chars, depth + 1, seen)
+                if found:
+                    return found
+        return None
+
+    def _reach(self, path: Path) -> _Reach:
+        """The file and, for JS/TS, the files its `export * from` chains lead to (breadth first, bounded),
+        with the named re-exports among them; once per completion."""
+        if path in self._reaches:
+            return self._reaches[path]
+        reach = self._reaches[path] = _Reach([], [])
+        queue, visited = [(path, 0)], {path}
+        while queue and len(reach.files) < MAX_REEXPORT_FILES:
+            where, level = queue.pop(0)
+            text = self.text(where)
+            if text is None:
+                continue
+            language = _file_language(where, self.language)
+            outliner = _outliner(where, text, language)
+            reach.files.append((where, outliner))
+            if language not in JS_FAMILY or level >= MAX_REEXPORT_DEPTH:
+                continue
+            for imp in outliner.reexports(functools.partial(find_imports, text, language)):
+                if not imp.wildcard:
+                    reach.named.append((where, imp))
+                    continue
+                for target in self.files_from(imp, where, language):
+                    if target not in visited:
+                        visited.add(target)
+                        queue.append((target, level + 1))
+        return reach
+
+
+@dataclass
+class _Reach:
+    files: list[tuple[Path, Outliner]]  # the file first, then what `export *` brings
+    named: list[tuple[Path, Import]]  # named re-exports among them
 
 
 def _current_path(path: str | None, lookup: Lookup) -> Path:
@@ -169,6 +256,7 @@ class _Bindings:
     def __init__(self, imports: list[Import]) -> None:
         self.names: dict[str, tuple[Import, str]] = {}  # local name -> (import, the name it imports)
         self.modules: dict[tuple[str, ...], Import] = {}  # module alias as parts -> import
+        imports = [i for i in imports if not i.reexport]  # `export ... from` binds nothing here
         self.wildcards = [i for i in imports if i.wildcard]
         for imp in imports:
             for n in imp.names:
@@ -190,10 +278,11 @@ class _Bindings:
 
 def _definition(res: _Resolver, b: _Bindings, use: _Use, budget: int) -> tuple[Path, str] | None:
     target = b.target(use.parts)
-    if target is None:
-        if len(use.parts) != 1 or not b.wildcards:
+    if target is None:  # maybe a name a wildcard import brings, or one of the file's own package
+        if use.parts[0] in res.keywords:
             return None
         files = [p for imp in b.wildcards for p in res.files(imp)][:MAX_WILDCARD_FILES]
+        files += [p for p in res.package(use.parts[0]) if p not in files]
         return res.outline_in(files, use.parts[0], budget)
     imp, name, attr = target
     if name is None:  # a module alias: the attribute used on it, else the module's outline
@@ -214,10 +303,12 @@ def definitions_for(text: str, offset: int, path: str | None, language: str, loo
     if max_chars <= 0 or language not in KINDS or lookup is None:
         return []
     imports = find_imports(text, language)
-    if not imports:
+    if not imports and language not in ("go", "java"):  # those also use their package's names unimported
         return []
     bindings = _Bindings(imports)
     skip = {line for imp in imports for line in range(imp.line, imp.end_line + 1)}
+    if language in ("go", "java"):  # `package x` names the package, uses nothing
+        skip |= {text.count("\n", 0, m.start()) for m in _PACKAGE_CLAUSE.finditer(text, 0, 20_000)}
     res = _Resolver(_current_path(path, lookup), language, lookup)
     pieces: dict[Path, list[str]] = {}
     used = 0

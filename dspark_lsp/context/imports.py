@@ -54,6 +54,7 @@ class Import:
     wildcard: bool = False  # everything the module defines is visible unqualified
     line: int = 0  # 0-based lines of the import statement
     end_line: int = 0
+    reexport: bool = False  # JS/TS `export ... from`: passes the names on, binds none here
 
 
 class Lookup(Protocol):
@@ -77,13 +78,13 @@ _parsers = threading.local()
 # for imports, so a long file costs a regex scan, not a full parse, on every completion.
 _STARTS = {
     "python": r"[ \t]*(?:import|from)[ \t]",
-    "js": r"[ \t]*import\b|.*\brequire[ \t]*\(",
+    "js": r"[ \t]*import\b|[ \t]*export\b.*\bfrom\b|[ \t]*export[ \t]*[*{]|.*\brequire[ \t]*\(",
     "go": r"[ \t]*import\b",
     "rust": r"[ \t]*(?:pub(?:\([^)]*\))?[ \t]+)?(?:use|mod)[ \t]",
     "java": r"[ \t]*import[ \t]",
     "c": r"[ \t]*#[ \t]*include\b",
 }
-_START_RES = {k: re.compile(v, re.MULTILINE) for k, v in _STARTS.items()}
+_START_RES = {k: re.compile(f"^(?:{v})", re.MULTILINE) for k, v in _STARTS.items()}
 MAX_STATEMENT_LINES = 200
 IMPORTS_CACHE = 64
 
@@ -204,6 +205,7 @@ class _Group:
     names: dict[int, ImportedName]
     alias: str | None = None
     wildcard: bool = False
+    reexport: bool = False
 
 
 def _generic_imports(matches: list[tuple[int, dict[str, list[Node]]]], language: str) -> list[Import]:
@@ -225,6 +227,7 @@ def _generic_imports(matches: list[tuple[int, dict[str, list[Node]]]], language:
         if caps.get("module.alias"):
             g.alias = _text(caps["module.alias"][0])
         g.wildcard = g.wildcard or bool(caps.get("wildcard"))
+        g.reexport = g.reexport or bool(caps.get("reexport"))
     out = []
     for _, g in sorted(groups.items()):
         module, level, alias = g.module, 0, g.alias
@@ -236,7 +239,7 @@ def _generic_imports(matches: list[tuple[int, dict[str, list[Node]]]], language:
         elif language == "go" and alias is None and not g.wildcard:
             alias = go_package_name(module)
         names = tuple(v for _, v in sorted(g.names.items()))
-        out.append(Import(module, names, level, alias, g.wildcard, g.line, g.end_line))
+        out.append(Import(module, names, level, alias, g.wildcard, g.line, g.end_line, g.reexport))
     return out
 
 
@@ -328,12 +331,15 @@ def resolve_import(imp: Import, current_path: str | Path, language: str, lookup:
     return resolver(imp, current, lookup, member)[:MAX_CANDIDATES]
 
 
-def _existing(lookup: Lookup, candidates: Iterable[Path]) -> list[Path]:
+def _existing(lookup: Lookup, candidates: Iterable[Path], first: bool = False) -> list[Path]:
+    """The candidates that exist, in order (``first``: only the first of them)."""
     out: list[Path] = []
     for p in candidates:
         p = Path(os.path.normpath(p))
         if p not in out and lookup.exists(p):
             out.append(p)
+            if first:
+                break
     return out
 
 
@@ -390,7 +396,7 @@ def _js(imp: Import, current: Path, lookup: Lookup, member: str | None) -> list[
         candidates += [Path(f"{stem}{ext}") for ext in (".ts", ".tsx", ".mts", ".cts")]
     candidates += [Path(f"{base}{ext}") for ext in JS_EXTENSIONS]
     candidates += [base / f"index{ext}" for ext in JS_EXTENSIONS]
-    return _existing(lookup, candidates)[:1]
+    return _existing(lookup, candidates, first=True)
 
 
 def _go_module(current: Path, lookup: Lookup) -> tuple[Path, str] | None:
@@ -471,6 +477,19 @@ def _include(imp: Import, current: Path, lookup: Lookup, member: str | None) -> 
         return beside
     tail = [p for p in imp.module.split("/") if p and p != "."]
     return _ending_with(lookup, tail, current) if tail and ".." not in tail else []
+
+
+def package_files(current_path: str | Path, language: str, lookup: Lookup, name: str | None = None) -> list[Path]:
+    """Files of the current file's own package, whose names it uses without importing them: Go's other
+    files in its folder (tests only from a test), Java's class ``name`` beside it."""
+    current = Path(os.path.abspath(current_path))
+    if language == "go":
+        test = current.name.endswith("_test.go")
+        return [p for p in _files_in(lookup, current.parent)
+                if p.suffix == ".go" and p != current and (test or not p.name.endswith("_test.go"))]  # fmt: skip
+    if language == "java" and name:
+        return _existing(lookup, [current.parent / f"{name}.java"])
+    return []
 
 
 _RESOLVERS: dict[str, Callable[[Import, Path, Lookup, str | None], list[Path]]] = {

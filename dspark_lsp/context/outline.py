@@ -10,7 +10,10 @@ Rust, Java, C/C++).
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from tree_sitter import Node, Tree
 
@@ -21,6 +24,7 @@ DOC_LINES = 8  # a function's docstring / doc comment: its first lines carry the
 WHOLE_LINES = 24  # a struct, interface or enum shown whole up to this many lines
 FIELD_LINES = 3  # a field or constant: its first lines
 ELIDED = "..."
+_WORD = re.compile(r"[A-Za-z_$][\w$]*")
 # Bodies shown as `{ ... }` (else an expression body: `=> ...`).
 BLOCKS = frozenset({"statement_block", "block", "compound_statement", "constructor_body", "declaration_list"})
 
@@ -153,14 +157,30 @@ class Outliner:
     _memo: dict[str, str | None] = field(default_factory=dict)  # name -> full outline
     _module_parts: list[str] | None = None
 
+    _words: frozenset[str] | None = None
+    _reexports: list[Any] | None = None
+
     def __post_init__(self) -> None:
         self.kinds = KINDS.get(self.language)
         self._src = self.text.encode("utf-8", "surrogatepass")
-        if self.tree is None and self.kinds is not None:
-            self.tree = parse(self.text, self.language)
+
+    @property
+    def words(self) -> frozenset[str]:
+        """Every identifier the text spells: a name not among them is not defined here (no parse)."""
+        if self._words is None:
+            self._words = frozenset(_WORD.findall(self.text))
+        return self._words
+
+    def reexports(self, find: Callable[[], list[Any]]) -> list[Any]:
+        """The file's re-export imports (``find`` lists its imports; asked once per text)."""
+        if self._reexports is None:
+            self._reexports = [i for i in find() if getattr(i, "reexport", False)]
+        return self._reexports
 
     def definitions(self) -> list[_Def]:
         if self._defs is None:
+            if self.tree is None and self.kinds is not None:  # parsed on the first question, not before
+                self.tree = parse(self.text, self.language)
             self._defs = [] if self.tree is None else list(self._top_level(self.tree.root_node))
         return self._defs
 

@@ -70,18 +70,19 @@ def _gitignore_patterns(root: Path) -> tuple[str, ...]:
 
 @dataclass
 class _Index:
-    """The file index: absolute path strings by file name and by folder (no Path objects: memory)."""
+    """The file index: absolute path strings by file name and by folder (no Path objects: memory). A
+    folder's names are a dict used as an ordered set: a folder of 50,000 files stays O(1) per file."""
 
     by_name: dict[str, list[str]] = field(default_factory=dict)
-    by_dir: dict[str, list[str]] = field(default_factory=dict)
+    by_dir: dict[str, dict[str, None]] = field(default_factory=dict)
     count: int = 0
 
     def add(self, path: str) -> None:
         folder, _, name = path.rpartition(os.sep)
-        names = self.by_dir.setdefault(folder, [])
+        names = self.by_dir.setdefault(folder, {})
         if name in names:
             return
-        names.append(name)
+        names[name] = None
         self.by_name.setdefault(name, []).append(path)
         self.count += 1
 
@@ -90,7 +91,7 @@ class _Index:
         names = self.by_dir.get(folder)
         if names is None or name not in names:
             return
-        names.remove(name)
+        del names[name]
         self.by_name[name].remove(path)
         self.count -= 1
 
@@ -123,6 +124,7 @@ class Workspace:
         self.limits = limits or WorkspaceLimits()
         self.roots = [Path(os.path.abspath(r)) for r in roots]
         self._real_roots = [Path(os.path.realpath(r)) for r in self.roots]
+        self._prefixes = [str(r) for r in self.roots]
         self._index = _Index()
         self._lock = threading.Lock()
         self._done = threading.Event()
@@ -261,8 +263,11 @@ class Workspace:
 
     # -- lookups ---------------------------------------------------------------------------------
     def _root_of(self, path: str | Path) -> Path | None:
-        p = Path(os.path.abspath(path))
-        return next((r for r in self.roots if p.is_relative_to(r)), None)
+        p = os.path.abspath(path)
+        for root, prefix in zip(self.roots, self._prefixes, strict=True):
+            if p == prefix or p.startswith(prefix + os.sep) or prefix == os.sep:
+                return root
+        return None
 
     def contains(self, path: str | Path) -> bool:
         """Is the file, links resolved, under a workspace folder? (A link loop resolves to itself.)"""
@@ -287,6 +292,14 @@ class Workspace:
     def exists(self, path: str | Path) -> bool:
         """A regular file under a workspace folder (asked of the disk: the index may still be building)."""
         try:
+            if self._done.is_set() and not self.truncated and self._thread is not None:
+                p = os.path.abspath(path)  # the whole tree is indexed: no disk access needed
+                folder, _, name = p.rpartition(os.sep)
+                with self._lock:
+                    if name in self._index.by_dir.get(folder, ()):
+                        return True
+                if self._root_of(p) is not None and not os.path.islink(p):
+                    return False
             if self.contains(path):
                 return os.path.isfile(path)
             if self.roots and os.path.lexists(path):  # there, but a link leads it out: say so once

@@ -35,3 +35,13 @@
 
 ; import m = require('./m')
 (import_statement (import_require_clause (identifier) @module.alias source: (string (string_fragment) @module))) @import
+
+; Re-exports (a barrel file: `export * from './a'`, `export {b as c} from './b'`): followed to find a name
+; the file only passes on. @name is the name there, @alias the name exported here.
+(export_statement "*" source: (string (string_fragment) @module)) @import @reexport @wildcard
+(export_statement
+  (export_clause (export_specifier name: (_) @name !alias))
+  source: (string (string_fragment) @module)) @import @reexport
+(export_statement
+  (export_clause (export_specifier name: (_) @name alias: (_) @alias))
+  source: (string (string_fragment) @module)) @import @reexport

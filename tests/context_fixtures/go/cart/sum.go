@@ -1,0 +1,6 @@
+package cart
+
+// Sum adds the items up using Total.
+func Sum(items []Item) int {
+	return Total(items)
+}

@@ -1,0 +1,3 @@
+export class Thing {
+  size = 1;
+}

@@ -1,0 +1,3 @@
+import { isPlain, Widget } from './barrel'
+
+isPlain(new Widget())
