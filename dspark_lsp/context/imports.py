@@ -389,14 +389,21 @@ def _python(imp: Import, current: Path, lookup: Lookup, member: str | None) -> l
 def _js(imp: Import, current: Path, lookup: Lookup, member: str | None) -> list[Path]:
     if not imp.module.startswith("."):
         return []  # a package: node_modules is not indexed
-    base = Path(os.path.normpath(current.parent / imp.module))
-    candidates = [base] if base.suffix else []
-    if base.suffix in (".js", ".jsx", ".mjs", ".cjs"):  # TS sources import their compiled names
-        stem = base.with_suffix("")
-        candidates += [Path(f"{stem}{ext}") for ext in (".ts", ".tsx", ".mts", ".cts")]
-    candidates += [Path(f"{base}{ext}") for ext in JS_EXTENSIONS]
-    candidates += [base / f"index{ext}" for ext in JS_EXTENSIONS]
-    return _existing(lookup, candidates, first=True)
+    base = os.path.normpath(os.path.join(current.parent, imp.module))
+    stem, suffix = os.path.splitext(base)
+    for candidate in _js_candidates(base, stem, suffix):  # lazily: the first hit is usually the first try
+        if lookup.exists(Path(candidate)):
+            return [Path(candidate)]
+    return []
+
+
+def _js_candidates(base: str, stem: str, suffix: str) -> Iterable[str]:
+    if suffix:
+        yield base
+    if suffix in (".js", ".jsx", ".mjs", ".cjs"):  # TS sources import their compiled names
+        yield from (stem + ext for ext in (".ts", ".tsx", ".mts", ".cts"))
+    yield from (base + ext for ext in JS_EXTENSIONS)
+    yield from (os.path.join(base, "index" + ext) for ext in JS_EXTENSIONS)
 
 
 def _go_module(current: Path, lookup: Lookup) -> tuple[Path, str] | None:
