@@ -77,10 +77,16 @@ def test_forget_drops_a_closed_document() -> None:
     assert len(ring) == 0 and ring.pick(block("alpha", 2), max_chars=10_000) == []
 
 
-def test_query_ignores_the_cursor_line() -> None:
+def test_query_ignores_the_cursor_line_and_its_block() -> None:
     text = "first line\nsecond line\nthird par"
-    assert query_text(text, len(text)) == "first line\nsecond line\n"
+    assert query_text(text, len(text)) == "first line\nsecond line\n"  # the first block: lines before the cursor
     assert query_text(text, len(text), lines=1) == "second line\n"
+    lines = [f"line {i}\n" for i in range(40)]
+    for cursor in range(32, 40):  # anywhere in the block of lines 32-47: the same query
+        doc = "".join(lines[:cursor]) + "par"
+        assert query_text(doc, len(doc), lines=4) == "".join(lines[28:32])
+    doc = "".join(lines[:31]) + "par"
+    assert query_text(doc, len(doc), lines=4) == "".join(lines[12:16])
     # Typing on the cursor's line leaves the query, so the picked chunks, unchanged.
     ring = ChunkRing()
     ring.observe("a.py", block("alpha") + block("beta"), "python")

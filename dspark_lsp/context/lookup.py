@@ -21,6 +21,11 @@ class OpenDocumentsLookup:
         self._workspace = workspace
         self._roots = [Path(r) for r in roots]
 
+    @property
+    def roots(self) -> list[Path]:
+        """The workspace folders (where a file not saved yet would be)."""
+        return list(self._roots)
+
     @staticmethod
     def _key(path: Path | str) -> Path:
         return Path(path).absolute()

@@ -150,8 +150,20 @@ class ChunkRing:
         return [ContextFile(c.path, c.text, "open") for c in chosen]
 
 
+# The query ends at the start of the cursor's block of QUERY_SNAP lines, not at the cursor's line: typing
+# a newline then leaves the picked chunks (and the KV of everything after them) as they were, until the
+# cursor enters the next block.
+QUERY_SNAP = 16
+
+
 def query_text(text: str, offset: int, lines: int = QUERY_LINES) -> str:
-    """The ``lines`` full lines before the cursor's line: what ``pick`` compares chunks with."""
+    """The ``lines`` full lines before the start of the cursor's block of ``QUERY_SNAP`` lines (the cursor's
+    own line never counts): what ``pick`` compares chunks with."""
+    cursor_line = text.count("\n", 0, offset)
+    block_line = cursor_line // QUERY_SNAP * QUERY_SNAP
     line_start = text.rfind("\n", 0, offset) + 1
+    if block_line > 0:  # in the first block there is nothing before it: the lines before the cursor's
+        for _ in range(cursor_line - block_line):
+            line_start = text.rfind("\n", 0, max(0, line_start - 1)) + 1
     window_start = max(0, line_start - 200 * lines)  # no need to split megabytes for 32 lines
     return "".join(text[window_start:line_start].splitlines(keepends=True)[-lines:])

@@ -25,6 +25,9 @@ from dspark_lsp.context.types import ContextFile
 
 log = logging.getLogger(__name__)
 
+# Lines per block within which a document's context stays put (lsp/project.ProjectContext._sticky).
+STICKY_LINES = 16
+
 
 @dataclass
 class _Pending:
@@ -57,6 +60,8 @@ class ProjectContext:
     workspace: Any = None  # a context.workspace.Workspace once the client named folders
     _pending: dict[str, _Pending] = field(default_factory=dict)  # by prompt path
     _open: dict[Path, str] = field(default_factory=dict)  # fs path -> open document's text
+    # uri -> (the cursor's block, the pieces the last request there carried): see _sticky
+    _last: dict[str, tuple[int, tuple[ContextFile, ...]]] = field(default_factory=dict)
 
     # -- the client's workspace ------------------------------------------------------------------
     def set_roots(self, uris: list[str]) -> None:
@@ -116,6 +121,7 @@ class ProjectContext:
     def closed(self, uri: str) -> None:
         name = self.prompt_path(uri)
         self._pending.pop(name, None)
+        self._last.pop(uri, None)
         self.ring.forget(name)
         path = _fs_path(uri)
         if path is not None:
@@ -156,8 +162,20 @@ class ProjectContext:
         except Exception:  # context is a bonus: a bug in it must cost the context, not the completion
             log.exception("context: gathering failed for %s", uri)
             pieces = ()
-        base.context = pieces
+        base.context = self._sticky(uri, text.count("\n", 0, offset) // STICKY_LINES, pieces)
         return base
+
+    def _sticky(self, uri: str, block: int, pieces: tuple[ContextFile, ...]) -> tuple[ContextFile, ...]:
+        """Keep the context stable while the cursor stays in one block of lines: the last request's
+        pieces first, then only what is new (a definition for a name just typed). A changed context
+        invalidates the KV of everything after it (the whole window), so a piece is never reordered or
+        dropped for a small shift in the ranking; the prompt's budget still drops from the front."""
+        last = self._last.get(uri)
+        if last is not None and last[0] == block:
+            kept = [p for p in last[1] if p in pieces]
+            pieces = (*kept, *(p for p in pieces if p not in kept))
+        self._last[uri] = (block, pieces)
+        return pieces
 
     def lookup(self) -> Any:
         from dspark_lsp.context.lookup import OpenDocumentsLookup

@@ -1,0 +1,63 @@
+"""ProjectContext (the language server's view of the project): names in the prompt, and a context that
+stays put while the cursor stays in one block of lines."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from dspark_lsp.lsp.project import ProjectContext
+
+
+@dataclass
+class Cfg:
+    context_budget: int = 1024
+    context_open_files: bool = True
+    context_definitions: bool = True
+
+
+def test_prompt_names_and_sticky_context(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    util = tmp_path / "pkg" / "util.py"
+    util.write_text("def add(a, b):\n    return a + b\n\n\ndef scale(x, k):\n    return x * k\n", encoding="utf-8")
+    project = ProjectContext()
+    project.set_roots([tmp_path.as_uri()])
+    assert project.workspace is not None and project.workspace.wait(10)
+    main = (tmp_path / "pkg" / "main.py").as_uri()
+    assert project.prompt_path(main) == "pkg/main.py" and project.repo_name(main) == tmp_path.name
+    head = "from .util import add, scale\n\n\ndef run(x):\n"
+    first = project.for_request(main, head + "    y = add(", len(head) + 12, "python", Cfg()).context
+    assert [p.path for p in first] == ["pkg/util.py"] and "def add(a, b)" in first[0].text
+    # Typing on without a new name: the very same pieces (the prompt's head, so its KV, unchanged).
+    typed = head + "    y = add(x, 1)\n    z = 2 * y + x"
+    assert project.for_request(main, typed, len(typed), "python", Cfg()).context == first
+    # A second imported name: what the new definition brings comes in.
+    doc = head + "    y = add(x, 1)\n    z = scale("
+    second = project.for_request(main, doc, len(doc), "python", Cfg()).context
+    assert "def scale(x, k)" in "".join(p.text for p in second)
+    # Off: nothing, whatever was gathered before.
+    assert project.for_request(main, doc, len(doc), "python", Cfg(context_budget=0)).context == ()
+    project.close()
+
+
+def test_open_documents_outside_folders_use_their_file_name(tmp_path: Path) -> None:
+    project = ProjectContext()
+    other = (tmp_path / "other.py").as_uri()
+    project.opened(other, "".join(f"value_{i} = compute_total(order_{i})\n" for i in range(40)), "python")
+    main = (tmp_path / "main.py").as_uri()
+    doc = "".join(f"result_{i} = compute_total(order_{i})\n" for i in range(20)) + "x = "
+    pieces = project.for_request(main, doc, len(doc), "python", Cfg(context_definitions=False)).context
+    assert pieces and {p.path for p in pieces} == {"other.py"} and project.workspace is None
+    project.closed(other)
+    assert project.for_request(main, doc, len(doc), "python", Cfg(context_definitions=False)).context == ()
+
+
+def test_sticky_keeps_order_within_a_block_and_starts_over_in_another() -> None:
+    from dspark_lsp.context.types import ContextFile
+
+    a, b, c = (ContextFile(n, n * 3, "open") for n in "abc")
+    project = ProjectContext()
+    assert project._sticky("u", 0, (a, b)) == (a, b)
+    assert project._sticky("u", 0, (b, a, c)) == (a, b, c)  # a re-ranking does not reorder; c is new
+    assert project._sticky("u", 0, (c, b)) == (b, c)  # a dropped piece goes, the rest keep their order
+    assert project._sticky("u", 1, (c, a)) == (c, a)  # another block: as gathered
