@@ -2,14 +2,17 @@
 
 The names in the lines around the cursor (the one being typed right before it first: `helper(`, `mod.`),
 nearest first, are matched against the file's imports (``imports.find_imports``): an imported name
-(`from .util import helper`), a module alias with the attribute used on it (`m.connect`, `pkg.Func`), or a
-name a wildcard import brings (`#include "x.h"`, Go's dot import, `from m import *`). Each is resolved to
-files (``imports.resolve_import``) and turned into the outline of its definition there (``outline``), or
-the module's outline for a bare module alias. One ``ContextFile`` per file, nearest-used first, within
-``max_chars`` in total.
+(`from .util import helper`), a module alias with the attribute used on it (`m.connect`, `pkg.Func`), a
+name a wildcard import brings (`#include "x.h"`, Go's dot import, `from m import *`), or, in Go and Java,
+a name of the file's own package (another file of its folder). Each is resolved to files
+(``imports.resolve_import``) and turned into the outline of its definition there (``outline``), or the
+module's outline for a bare module alias; a JS/TS barrel file (`export * from './x'`) is followed to the
+file that defines the name. One ``ContextFile`` per file, nearest-used first, within ``max_chars`` in
+total.
 
-Fast enough for every completion: the current file is parsed once, other files' outlines are cached by
-path and text, and a file is parsed only when its text contains the name.
+Fast enough for every completion: only the current file's import lines are parsed (cached by them),
+other files' outlines are cached by path and text, and a file is parsed only when its text spells the
+name.
 """
 
 from __future__ import annotations
