@@ -141,6 +141,12 @@ def test_a_second_pass_adds_only_missing_pairs(
     assert repo_report_main([str(tmp_path / "report.json"), "--methods", "today,window"]) == 0
     assert "### python (2 holes)" in capsys.readouterr().out
     assert repo_report_main([str(tmp_path / "report.json"), "--methods", "all"]) == 2
+    other = tmp_path / "other"
+    run_set(FakeService(targets=_targets(holes)), ServiceConfig(), manifest, cache, [("python", holes[1])],
+            RepoRunConfig(["+defs"], peer_after=None, out=other), {"model": "fake", "service": {}})  # fmt: skip
+    capsys.readouterr()
+    assert repo_report_main([str(tmp_path / "report.json"), str(other / "report.json"), "--methods", "today,+defs"]) == 0
+    assert "### python (1 holes)" in capsys.readouterr().out  # merged: the one hole both passes answered
     with pytest.raises(UserError, match="another model"):
         run_set(second, second.config, manifest, cache, [], RepoRunConfig(["today"], out=tmp_path),
                 {"model": "other", "service": {}})  # fmt: skip

@@ -118,23 +118,28 @@ def markdown(summary: dict[str, dict[str, Any]], methods: Sequence[str]) -> str:
 
 
 def _main(argv: list[str] | None = None) -> int:
-    """Re-tabulate a saved report over chosen methods (each table then covers the holes they all ran)."""
+    """Re-tabulate saved reports over chosen methods (each table then covers the holes they all ran);
+    several reports (e.g. passes written to different folders) are merged, the first one's record of a
+    (hole, method) pair winning."""
     ap = argparse.ArgumentParser(prog="python -m dspark_lsp.evaluation.repo_report")
-    ap.add_argument("report", help="an `eval --repo` report.json")
+    ap.add_argument("reports", nargs="+", help="`eval --repo` report.json files")
     ap.add_argument("--methods", required=True, help="comma-separated, e.g. today,window")
     args = ap.parse_args(argv)
-    try:
-        saved = json.loads(Path(args.report).read_text(encoding="utf-8"))
-        records = [Record(**r) for r in saved["records"]]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        print(f"repo_report: {args.report}: not an eval --repo report ({exc})", file=sys.stderr)
-        return 2
+    records: dict[tuple[str, str], Record] = {}
+    for path in args.reports:
+        try:
+            saved = json.loads(Path(path).read_text(encoding="utf-8"))
+            for rec in (Record(**r) for r in saved["records"]):
+                records.setdefault((rec.hole, rec.method), rec)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            print(f"repo_report: {path}: not an eval --repo report ({exc})", file=sys.stderr)
+            return 2
     methods = [m for m in args.methods.split(",") if m]
-    unknown = sorted(set(methods) - {r.method for r in records})
+    unknown = sorted(set(methods) - {m for _h, m in records})
     if unknown:
         print(f"repo_report: no records of {', '.join(unknown)}", file=sys.stderr)
         return 2
-    print(markdown(summarise(records, methods), methods))
+    print(markdown(summarise(records.values(), methods), methods))
     return 0
 
 

@@ -165,7 +165,9 @@ def load_previous(out: Path | None, settings: dict[str, Any]) -> list[Record]:
     try:
         saved = json.loads((out / REPORT).read_text(encoding="utf-8"))
         old = saved["settings"]
-        if old["model"] != settings["model"] or old["service"] != settings["service"]:
+        # Settings both passes know must agree (a field added to ServiceConfig meanwhile is not a clash).
+        common = set(old["service"]) & set(settings["service"])
+        if old["model"] != settings["model"] or any(old["service"][k] != settings["service"][k] for k in common):
             raise UserError(f"{out / REPORT}: another model or service settings; use another --out")
         records = [Record(**r) for r in saved["records"]]
     except (OSError, ValueError, KeyError, TypeError) as exc:
