@@ -356,3 +356,49 @@ def test_names_of_the_own_package(ws: Workspace) -> None:
     java = defs(ws, "java/src/main/java/com/acme/util/Joiner.java", "Strings.padLeft(", "java")
     assert [d.path for d in java] == ["java/src/main/java/com/acme/util/Strings.java"]
     assert "public static String padLeft(String s, int width)" in java[0].text
+
+
+class SlowLookup:
+    """A workspace on a slow disk: every read takes 30 ms."""
+
+    def __init__(self, inner: Workspace) -> None:
+        self.inner = inner
+        self.roots = inner.roots
+        self.reads = 0
+
+    def exists(self, path: Path) -> bool:
+        return self.inner.exists(path)
+
+    def read(self, path: Path) -> str | None:
+        self.reads += 1
+        time.sleep(0.03)
+        return self.inner.read(path)
+
+    def relative(self, path: Path) -> str:
+        return self.inner.relative(path)
+
+    def files_named(self, name: str) -> list[Path]:
+        return self.inner.files_named(name)
+
+    def files(self) -> list[Path]:
+        return list(self.inner.files())
+
+
+def test_a_slow_disk_costs_pieces_not_time(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "dspark_lsp.context.definitions")
+    for i in range(6):
+        (tmp_path / f"f{i}.go").write_text(f"package p\n\nfunc F{i}() int {{ return {i} }}\n")
+    inner = Workspace([tmp_path])
+    slow = SlowLookup(inner)
+    text = "package p\n\nvar x = F0() + F1() + F2() + F3() + F4() + F5()\n"
+    began = time.monotonic()
+    got = definitions_for(text, len(text), "main.go", "go", slow, max_chars=4000)
+    took = time.monotonic() - began
+    assert slow.reads == 2 and took < 0.5  # 60 ms spent > the 50 ms budget: no third file is read
+    assert 1 <= len(got) <= 2
+    assert sum("the rest skipped" in r.getMessage() for r in caplog.records) == 1
+    fast = definitions_for(text, len(text), "main.go", "go", inner, max_chars=4000)
+    assert len(fast) == 6  # the same request without the slow disk gets every piece
+    unbounded = definitions_for(text, len(text), "main.go", "go", SlowLookup(inner), max_chars=4000,
+                                read_budget_s=None)  # fmt: skip
+    assert unbounded == fast  # a batch run: no limit, the same answer however slow the disk

@@ -22,6 +22,7 @@ import logging
 import os
 import re
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,7 @@ MAX_WILDCARD_FILES = 8  # files a wildcard import brings that are searched for a
 MAX_PACKAGE_FILES = 64  # a Go package's other files searched for a name it uses unimported
 MAX_REEXPORT_DEPTH = 3  # barrel files followed (`export * from './x'`)
 MAX_REEXPORT_FILES = 200  # files a barrel's `export *` chains may bring
+READ_BUDGET_S = 0.05  # time one completion may spend reading other files (a slow or network disk)
 CACHE_FILES = 256  # other files' parses kept (by path and text)
 # A name, or a chain of them (`mod.attr`, `crate::a::B`), as the model would read it.
 _CHAIN = re.compile(r"[A-Za-z_$][\w$]*(?:\s*(?:\.|::|->)\s*[A-Za-z_$][\w$]*)*")
@@ -116,9 +118,12 @@ class _Resolver:
     current: Path
     language: str
     lookup: Lookup
+    read_budget_s: float | None = None
 
     def __post_init__(self) -> None:
         self._texts: dict[Path, str | None] = {}
+        self._read_seconds = 0.0
+        self._over_budget = False
         self._resolved: dict[tuple[Import, str | None], list[Path]] = {}
         self._package: list[Path] | None = None
         self._reaches: dict[Path, _Reach] = {}
@@ -140,11 +145,19 @@ class _Resolver:
 
     def text(self, path: Path) -> str | None:
         if path not in self._texts:
+            if self.read_budget_s is not None and self._read_seconds > self.read_budget_s:  # a slow disk costs this completion some pieces, no more
+                if not self._over_budget:
+                    self._over_budget = True
+                    log.info("context: reading other files took %.0f ms; the rest skipped for this completion",
+                             self._read_seconds * 1000)
+                return None
+            began = time.perf_counter()
             try:
                 self._texts[path] = self.lookup.read(path)
             except Exception:  # a lookup is the editor's or the disk's: never let it break a completion
                 log.exception("context: reading %s failed", path)
                 self._texts[path] = None
+            self._read_seconds += time.perf_counter() - began
         return self._texts[path]
 
     def files(self, imp: Import, member: str | None = None) -> list[Path]:
@@ -300,9 +313,12 @@ def _definition(res: _Resolver, b: _Bindings, use: _Use, budget: int) -> tuple[P
 
 
 def definitions_for(text: str, offset: int, path: str | None, language: str, lookup: Lookup, *,
-                    max_chars: int, near_lines: int = 60) -> list[ContextFile]:  # fmt: skip
+                    max_chars: int, near_lines: int = 60,
+                    read_budget_s: float | None = READ_BUDGET_S) -> list[ContextFile]:  # fmt: skip
     """Outlines of the definitions of imported names used near ``offset``, nearest-used file first, one
-    piece per file, their texts within ``max_chars`` in total ([] when nothing resolves)."""
+    piece per file, their texts within ``max_chars`` in total ([] when nothing resolves). Reading other
+    files stops after ``read_budget_s`` (None: no limit, for a batch run that must not depend on the
+    disk's speed)."""
     if max_chars <= 0 or language not in KINDS or lookup is None:
         return []
     imports = find_imports(text, language)
@@ -312,7 +328,7 @@ def definitions_for(text: str, offset: int, path: str | None, language: str, loo
     skip = {line for imp in imports for line in range(imp.line, imp.end_line + 1)}
     if language in ("go", "java"):  # `package x` names the package, uses nothing
         skip |= {text.count("\n", 0, m.start()) for m in _PACKAGE_CLAUSE.finditer(text, 0, 20_000)}
-    res = _Resolver(_current_path(path, lookup), language, lookup)
+    res = _Resolver(_current_path(path, lookup), language, lookup, read_budget_s)
     pieces: dict[Path, list[str]] = {}
     used = 0
     for use in _uses_near(text, offset, near_lines, skip)[:MAX_NAMES]:
