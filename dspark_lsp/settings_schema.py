@@ -214,7 +214,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "contextWindow",
         "integer",
-        256,
+        768,
         "Prompt budget in tokens (prefix + suffix around the cursor).",
         minimum=32,
         maximum=32768,
@@ -222,7 +222,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "prefixShare",
         "number",
-        0.75,
+        0.9,
         "Share of the context window given to the text before the cursor.",
         minimum=0.1,
         maximum=1,
@@ -230,7 +230,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "contextBudget",
         "integer",
-        0,
+        256,
         "Tokens of other files (chunks of open documents, definitions of imported names) put before the "
         "current file in the prompt, on top of `contextWindow`. 0: the current file only.",
         markdown=True,

@@ -187,13 +187,13 @@ def test_partial_reports_carry_their_settings(
     try:
         code, _out, err = _run(
             capsys, *tiny_args, "--humaneval", str(he), "--sets", "single", "--limit", "6", "--no-ceilings",
-            "--out", str(out_file), "--prefix-share", "0.9",
+            "--out", str(out_file), "--prefix-share", "0.8",
         )  # fmt: skip
     finally:
         cli._write = real_write  # type: ignore[assignment]
     assert code == 0, err
     first = written[0]
     assert first["settings"]["partial"] is True and len(first["problems"]) == 5
-    assert first["settings"]["service"]["context_window"] == 256
-    assert first["settings"]["service"]["prefix_share"] == 0.9  # --prefix-share reached the service
+    assert first["settings"]["service"]["context_window"] == 768  # the server's default
+    assert first["settings"]["service"]["prefix_share"] == 0.8  # --prefix-share reached the service
     assert not written[-1]["settings"].get("partial")

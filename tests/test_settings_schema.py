@@ -127,8 +127,8 @@ def test_validate_drops_what_the_schema_refuses() -> None:
     assert kept == {"threshold": 0.5, "somethingElse": 1}  # unknown names are the service's to report
     assert problems == [
         "dspark.maxNewTokens must be an integer in [1, 2048], got 4096; using 64",
-        "dspark.contextWindow must be an integer in [32, 32768], got 16; using 256",
-        "dspark.prefixShare must be a number in [0.1, 1], got 0.0; using 0.75",
+        "dspark.contextWindow must be an integer in [32, 32768], got 16; using 768",
+        "dspark.prefixShare must be a number in [0.1, 1], got 0.0; using 0.9",
     ]
 
 

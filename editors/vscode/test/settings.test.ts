@@ -24,7 +24,7 @@ test("defaults match docs/ARCHITECTURE.md", () => {
   assert.deepEqual(problems, []);
   assert.deepEqual(settings, {
     enable: true, model: "default", draftModel: null, device: "auto", dtype: "auto", packWeights: "auto", threshold: 0.9,
-    kMin: 1, kMax: 5, alternates: 3, maxNewTokens: 64, contextWindow: 256, prefixShare: 0.75, contextBudget: 0,
+    kMin: 1, kMax: 5, alternates: 3, maxNewTokens: 64, contextWindow: 768, prefixShare: 0.9, contextBudget: 256,
     contextOpenFiles: true, contextDefinitions: true, warmUp: true, relaxed: false,
     debounceMs: 150, multiline: "auto", backend: null,
   });
@@ -104,7 +104,7 @@ test("the server's ranges (issue 15 drifts): bounds accepted, one step outside r
   assert.equal(problems.length, 5);
   assert.deepEqual(
     [settings.threshold, settings.maxNewTokens, settings.contextWindow, settings.prefixShare, settings.debounceMs],
-    [0.9, 64, 256, 0.75, 150],
+    [0.9, 64, 768, 0.9, 150],
   );
 });
 
