@@ -288,8 +288,9 @@ def test_no_syntax_tree_outlives_its_request(tiny_service: Any, monkeypatch: pyt
 
 
 def test_did_close_drops_the_documents_service_state_on_the_worker_thread() -> None:
-    """The didClose handler closes the mirror, cancels the document's request, and has the service
-    forget the document on the executor (the one thread every service call runs on)."""
+    """The didClose handler closes the mirror, cancels the document's request and its pending warm-up,
+    drops the document from the project context, and has the service forget the document on the
+    executor (the one thread every service call runs on)."""
     from concurrent.futures import ThreadPoolExecutor
     from types import SimpleNamespace
 
@@ -301,6 +302,8 @@ def test_did_close_drops_the_documents_service_state_on_the_worker_thread() -> N
     handlers: dict[str, Any] = {}
     forgotten: list[tuple[str, str]] = []
     cancelled: list[str] = []
+    closed: list[str] = []
+    dropped: list[str] = []
     import threading
 
     service = SimpleNamespace(forget=lambda uri: forgotten.append((uri, threading.current_thread().name)))
@@ -308,6 +311,8 @@ def test_did_close_drops_the_documents_service_state_on_the_worker_thread() -> N
     server = SimpleNamespace(
         docs=DocumentStore(),
         worker=SimpleNamespace(cancel_document=cancelled.append),
+        project=SimpleNamespace(closed=closed.append),
+        warmer=SimpleNamespace(drop=dropped.append),
         models=SimpleNamespace(service=service),
         executor=executor,
         encoding="utf-16",
@@ -321,4 +326,5 @@ def test_did_close_drops_the_documents_service_state_on_the_worker_thread() -> N
     )
     executor.shutdown(wait=True)
     assert uri not in server.docs and cancelled == [uri]
+    assert closed == [uri] and dropped == [uri]
     assert len(forgotten) == 1 and forgotten[0][0] == uri and forgotten[0][1].startswith("service")
