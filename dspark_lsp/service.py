@@ -8,6 +8,7 @@ see each other: syntax facts reach the engine as plain callables built here.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import OrderedDict, deque
@@ -22,7 +23,7 @@ from dspark_lsp.engine.decode import SpeculativeDecoder
 from dspark_lsp.engine.draft import DraftSource
 from dspark_lsp.engine.ngram import NgramDraftSource
 from dspark_lsp.engine.prefix_cache import PrefixCache
-from dspark_lsp.errors import UserError
+from dspark_lsp.errors import ModelNotPrepared, UserError
 from dspark_lsp.models.gguf_target import weights_kind
 from dspark_lsp.models.packing import is_packed
 from dspark_lsp.prompt import (
@@ -41,6 +42,8 @@ Progress = Callable[[str, float | None], None]
 # 0.5B, 961 prompt tokens, 2 threads, quiet host: slices of 64 / 128 / 256 took 6.1 / 4.5 / 3.4 s in all
 # (a slice pays a fixed cost for reading the weights), i.e. up to ~0.4 / 0.6 / 0.9 s of waiting.
 WARM_CHUNK = 128
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -190,6 +193,32 @@ class _Prepared:
         return round((time.perf_counter() - self.t0) * 1000, 2)
 
 
+def _load_draft(pair: Any, target: Any, config: ServiceConfig,
+                progress: Progress | None) -> tuple[DraftSource | None, str]:
+    """The pair's draft source and the service's description. A draft *model* that is known but not
+    prepared (the 1.5B's 0.5B draft, say) is not a reason to give no completions: the target is there,
+    so the service drafts by n-gram lookup meanwhile and says once which command fixes it."""
+    if pair.draft_kind == "none":
+        return None, f"{pair.target} + none"
+    if pair.draft_kind == "ngram" or pair.draft is None:
+        return NgramDraftSource(), f"{pair.target} + ngram"
+    if progress:
+        progress(f"loading draft {pair.draft}", 0.6)
+    from dspark_lsp.drafts.load import load_draft_source
+
+    try:
+        draft = load_draft_source(pair.draft, target, device=config.device, dtype=config.dtype,
+                                  cache_dir=config.cache_dir, pack=config.pack_weights)
+    except ModelNotPrepared as exc:
+        log.warning("draft %s unavailable (%s); drafting by n-gram lookup until it is prepared",
+                    pair.draft, exc)
+        if progress:
+            progress(f"draft {pair.draft} not prepared: n-gram drafting (dspark-lsp models prepare {pair.draft})",
+                     0.7)
+        return NgramDraftSource(), f"{pair.target} + ngram ({pair.draft} not prepared)"
+    return draft, f"{pair.target} + {pair.draft}"
+
+
 class CompletionService:
     """Loaded models + decode settings. ``complete`` is blocking; call it from a worker thread."""
 
@@ -255,19 +284,7 @@ class CompletionService:
         target, tokenizer = load_causal_lm(
             pair.target, device=config.device, dtype=config.dtype, cache_root=config.cache_dir, pack=config.pack_weights
         )
-        draft: DraftSource | None
-        if pair.draft_kind == "none":
-            draft = None
-        elif pair.draft_kind == "ngram" or pair.draft is None:
-            draft = NgramDraftSource()
-        else:
-            if progress:
-                progress(f"loading draft {pair.draft}", 0.6)
-            from dspark_lsp.drafts.load import load_draft_source
-
-            draft = load_draft_source(pair.draft, target, device=config.device, dtype=config.dtype,
-                                      cache_dir=config.cache_dir, pack=config.pack_weights)
-        desc = f"{pair.target} + {pair.draft or pair.draft_kind}"
+        draft, desc = _load_draft(pair, target, config, progress)
         release_load_temporaries()  # the draft's load-time copies, before calibration allocates more
         if progress and config.calibrate:
             # Calibration (in __init__) times the target's forwards: seconds, more on a loaded machine;

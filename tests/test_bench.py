@@ -145,3 +145,21 @@ def test_each_method_preset_changes_the_service_decode_settings_as_named() -> No
     assert fixed.scheduler.fixed_k == 4 and fixed.draft_mode == "parallel"  # the n-gram source's own step
     assert preset("dspark_window_only").lookup_outside_window is False
     assert set(DEFAULT_METHODS) | set(ABLATIONS) == set(METHODS) and not set(DEFAULT_METHODS) & set(ABLATIONS)
+
+
+def test_bench_json_into_a_new_folder_is_written_and_a_directory_is_refused_before_the_run(
+    tiny_models: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--json DIR/new/out.json` used to end a finished run in a traceback (FileNotFoundError) and lose
+    its table's JSON; now the folder is made. A directory given as the file is a one-line error at once."""
+    target, _draft = tiny_models
+    base = ["bench", "--model", str(target), "--draft", "ngram", "--corpus", str(REPO / "bench" / "corpus"),
+            "--humaneval", "none", "--limit", "1", "--max-new-tokens", "4", "--threads", "1",
+            "--methods", "target_only"]
+    out = tmp_path / "new" / "deeper" / "bench.json"
+    assert main([*base, "--json", str(out)]) == 0
+    assert "target_only" in json.loads(out.read_text())["methods"]
+    capsys.readouterr()
+    rc = main([*base, "--json", str(tmp_path)])
+    _out, err = capsys.readouterr()
+    assert rc == 2 and err.strip().splitlines() == [f"dspark-lsp: error: --json {tmp_path} is a directory; give a file name"]

@@ -271,3 +271,25 @@ def test_alternates_setting_reaches_the_decoder() -> None:
     assert ServiceConfig().decode_config().alternates == 3
     bad, problems = ServiceConfig.from_settings({"alternates": -2})
     assert bad.alternates == 3 and len(problems) == 1 and "alternates" in problems[0]
+
+
+def test_a_draft_model_that_is_not_prepared_falls_back_to_ngram_with_one_warning(
+    tiny_models: tuple[Path, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 32's bad input: a pair whose draft is a registry model missing from the cache still loads
+    (the target is there) and completes, drafting by n-gram lookup, with one line naming the fix."""
+    import logging
+
+    messages: list[str] = []
+    cfg = ServiceConfig(model=str(tiny_models[0]), draft_model="qwen2.5-coder-0.5b",
+                        cache_dir=str(tmp_path / "empty-cache"), max_new_tokens=8)
+    with caplog.at_level(logging.WARNING, logger="dspark_lsp.service"):
+        service = CompletionService.load(cfg, progress=lambda msg, _f: messages.append(msg))
+    assert isinstance(service.draft, NgramDraftSource)
+    assert "not prepared" in service.description
+    warnings = [r.getMessage() for r in caplog.records
+                if r.levelno == logging.WARNING and r.name == "dspark_lsp.service"]
+    assert len(warnings) == 1 and "dspark-lsp models prepare qwen2.5-coder-0.5b" in warnings[0]
+    assert any("models prepare qwen2.5-coder-0.5b" in m for m in messages)
+    result = service.complete(req(DOC))
+    assert result.completion_ids is not None

@@ -24,6 +24,7 @@ import argparse
 import dataclasses
 import functools
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -121,9 +122,24 @@ def _hf_generate(model: Any, ids: list[int], max_new: int, eos: list[int], **kw:
     return out
 
 
+def _check_json_out(path: Path) -> None:
+    """Before the run, not after it: a report that cannot be written would be found out only once every
+    method had run (a 1.5B bench is minutes). A missing folder is made, as `eval --out` does."""
+    if path.is_dir():
+        raise UserError(f"--json {path} is a directory; give a file name")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"--json {path}: cannot create its folder ({exc.strerror})") from None
+    if not os.access(path.parent, os.W_OK):
+        raise UserError(f"--json {path}: its folder is not writable")
+
+
 def run_bench(args: argparse.Namespace) -> int:
     if not 0.1 <= args.prefix_share <= 1.0:
         raise UserError(f"--prefix-share must be in [0.1, 1], not {args.prefix_share}")
+    if args.json_out:
+        _check_json_out(Path(args.json_out))
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.lsp:
