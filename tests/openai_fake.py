@@ -37,6 +37,9 @@ class FakeOpenAI:
         self.disconnected = threading.Event()
         self.events_sent = 0
         self.finished_streams = 0
+        # Counted by the handler thread after the stream's last bytes: a client that stops reading at
+        # `[DONE]` can return before then, so a test waits for the count instead of reading it at once.
+        self._finished = threading.Condition()
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -127,7 +130,9 @@ class FakeOpenAI:
                     self._chunk(b"data: [DONE]\n\n")
                     self.wfile.write(b"0\r\n\r\n")
                     self.wfile.flush()
-                    fake.finished_streams += 1
+                    with fake._finished:
+                        fake.finished_streams += 1
+                        fake._finished.notify_all()
                 except (BrokenPipeError, ConnectionResetError):
                     fake.disconnected.set()
                     self.close_connection = True
@@ -164,6 +169,11 @@ class FakeOpenAI:
         self.disconnected.clear()
         self.events_sent = 0
         self.finished_streams = 0
+
+    def wait_finished(self, count: int, timeout: float = 3.0) -> bool:
+        """True once ``count`` streams have been sent to their end (False after ``timeout`` seconds)."""
+        with self._finished:
+            return self._finished.wait_for(lambda: self.finished_streams >= count, timeout)
 
     def close(self) -> None:
         self.server.shutdown()

@@ -132,6 +132,7 @@ async def test_completions_from_a_remote_backend(client: LanguageClient, fake: F
     assert [i.insert_text for i in second.items] == ["1"]
     await wait_for(fake.disconnected.is_set, "the server to see the superseded request's connection close", timeout=3)
     assert time.monotonic() - started < 4.0
+    await wait_for(lambda: fake.finished_streams >= 1, "the second stream to end", timeout=3)
     assert fake.finished_streams == 1  # only the second one ran to its end
 
     # Errors: an empty answer and a one-line message, and the server goes on answering.

@@ -52,7 +52,8 @@ def test_streaming_text_arrives_piece_by_piece(fake: FakeOpenAI) -> None:
     assert answer.finish_reason == "stop" and not answer.cancelled and not answer.cut
     assert answer.completion_tokens == 5 and answer.prompt_tokens == 7
     assert answer.first_text_ms is not None and answer.first_text_ms >= 0
-    assert fake.requests[0]["prompt"] == body()["prompt"] and fake.finished_streams == 1
+    assert fake.requests[0]["prompt"] == body()["prompt"]
+    assert fake.wait_finished(1) and fake.finished_streams == 1
 
 
 def test_stop_strings_reach_the_server(fake: FakeOpenAI) -> None:
