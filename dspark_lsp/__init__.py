@@ -25,8 +25,9 @@ os.environ.setdefault("LRU_CACHE_CAPACITY", "8")
 # sleeps. A decode is hundreds of short parallel regions a token with Python between them; when anything
 # else runs on a 2-core machine (the editor, a browser, a build) a spinning worker holds a core the
 # descheduled one needs, and every region waits. Measured with one core busy (bench/results/
-# 2026-12-03-omp-spin/): decode 13.1 -> 24.0 tok/s on the 0.5B and 5.2 -> 9.8 on the 1.5B at 1,000; on an
-# idle host 1,000 was level on the 0.5B (0.96-1.0x) and 0.8-0.9x on the 1.5B. Set before torch loads
-# libgomp; a spin count or wait policy the user set is kept (GOMP_SPINCOUNT=300000 restores libgomp's).
+# 2026-12-03-omp-spin/): decode 13.1 -> 24.0 tok/s on the 0.5B and 5.2 -> 9.8 on the 1.5B at 1,000, and
+# the typing replay's p50 1,611 -> 892 ms; on an idle host the replay's p50 was 0.8x (456 vs 553 ms), a
+# smaller loss than the stall it prevents. Set before torch loads libgomp; a spin count or wait policy
+# the user set is kept (GOMP_SPINCOUNT=300000 restores libgomp's).
 if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
     os.environ["GOMP_SPINCOUNT"] = "1000"
