@@ -14,7 +14,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from dspark_lsp.contract import CompletionRequest, CompletionResult, CompletionStats, ServiceRecord
 from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
@@ -35,6 +35,9 @@ from dspark_lsp.prompt import (
 )
 from dspark_lsp.remote.config import RemoteSettings
 from dspark_lsp.settings_schema import BY_NAME, LSP_ONLY, SERVICE_FIELDS, config_problems
+
+if TYPE_CHECKING:
+    from dspark_lsp.models.registry import PairSpec
 
 Progress = Callable[[str, float | None], None]
 
@@ -193,7 +196,7 @@ class _Prepared:
         return round((time.perf_counter() - self.t0) * 1000, 2)
 
 
-def _load_draft(pair: Any, target: Any, config: ServiceConfig,
+def _load_draft(pair: PairSpec, target: Any, config: ServiceConfig,
                 progress: Progress | None) -> tuple[DraftSource | None, str]:
     """The pair's draft source and the service's description. A draft *model* that is known but not
     prepared (the 1.5B's 0.5B draft, say) is not a reason to give no completions: the target is there,
