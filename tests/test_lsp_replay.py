@@ -103,6 +103,21 @@ def test_report_reads_each_requests_figures_through_the_contract() -> None:
     assert rep.service["from_cache"] == 2  # a flag is read as a flag even beside a malformed figure
 
 
+def test_report_keeps_one_row_per_request_in_order() -> None:
+    """A tail request is one of a handful: the report keeps each answered request's latency with the
+    prompt it had to prefill, so the slow one can be told apart from the rest."""
+    fast = {"status": "ok", "latencyMs": 300.0,
+            "service": {"prompt_tokens": 900, "prefill_tokens": 20, "reused_tokens": 880, "t_prefill_ms": 60.5}}
+    slow = {"status": "ok", "latencyMs": 3100.0,
+            "service": {"prompt_tokens": 910, "prefill_tokens": 850, "reused_tokens": 60}}
+    dropped = {"status": "superseded", "latencyMs": 5.0, "service": {}}
+    stats = {"counters": {"requests": 3}, "requests": [fast, dropped, slow], "documents": 1}
+    rows = lsp_replay._report("t", stats, typed=10, wall=1.0).per_request
+    assert [r["latency_ms"] for r in rows] == [300.0, 3100.0]
+    assert rows[0]["prefill_tokens"] == 20 and rows[0]["t_prefill_ms"] == 60.5
+    assert rows[1]["prefill_tokens"] == 850 and "t_prefill_ms" not in rows[1]
+
+
 @pytest.mark.timeout(60)
 def test_replay_with_open_files_warm_up_and_a_first_completion(tmp_path: Path) -> None:
     """Other files stay open beside the typed one, the folder is the workspace, and the first completion

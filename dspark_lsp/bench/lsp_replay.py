@@ -78,6 +78,9 @@ class ReplayReport:
     open_documents: int = 0  # documents the server still holds at the end (1 = no leak)
     first_ms: float | None = None  # the first completion after the file opened (first_after_s)
     warm: dict[str, Any] = field(default_factory=dict)  # the server's background warm-ups (dspark/stats)
+    # One row per answered request, in order: where a slow one spent its time (a tail request is one
+    # row out of a handful, so the mean alone hides it).
+    per_request: list[dict[str, Any]] = field(default_factory=list)
 
 
 class RpcError(RuntimeError):
@@ -419,6 +422,7 @@ def _report(label: str, stats: dict[str, Any], typed: int, wall: float) -> Repla
         if values:
             service[key] = round(statistics.fmean(values), 2)
     service["from_cache"] = sum(1 for _, from_cache in figures if from_cache)
+    rows = [_request_row(latency, st, from_cache) for latency, (st, from_cache) in zip(latencies, figures)]
     rss = stats.get("peakRssKb")
     return ReplayReport(
         label=label,
@@ -437,7 +441,22 @@ def _report(label: str, stats: dict[str, Any], typed: int, wall: float) -> Repla
         service=service,
         open_documents=int(stats.get("documents", 0)),
         warm=dict(stats.get("warm", {})),
+        per_request=rows,
     )
+
+
+_ROW_FIELDS = ("prompt_tokens", "prefill_tokens", "reused_tokens", "tokens", "target_forwards",
+               "t_prefill_ms", "t_draft_ms", "t_verify_ms", "t_other_ms")
+
+
+def _request_row(latency_ms: float, st: CompletionStats, from_cache: bool) -> dict[str, Any]:
+    """The figures that explain one request's latency: how much prompt was new, how long it decoded."""
+    row: dict[str, Any] = {"latency_ms": round(latency_ms, 1), "from_cache": from_cache}
+    for key in _ROW_FIELDS:
+        value = getattr(st, key)
+        if value is not None:
+            row[key] = round(value, 1) if isinstance(value, float) else value
+    return row
 
 
 def compare_reuse(cfg: ReplayConfig) -> dict[str, Any]:
