@@ -214,3 +214,38 @@ def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert "bogus" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert main(["eval", "--repo", str(bench), "--langs", "cobol"]) != 0
     assert "cobol" in capsys.readouterr().err
+
+
+def test_a_clash_with_the_saved_run_names_the_setting(
+    fetched: tuple[Manifest, Path, list[Hole]], tmp_path: Path
+) -> None:
+    """Resuming into a folder made with other settings says which setting differs: "another service
+    settings" alone left the user diffing two JSON files."""
+    manifest, cache, holes = fetched
+    service = FakeService(targets=_targets(holes))
+    run_set(service, service.config, manifest, cache, [("python", holes[0])],
+            RepoRunConfig(["today"], peer_after=None, out=tmp_path),
+            {"model": "fake", "service": {"prefix_share": 0.75, "threshold": 0.9}})  # fmt: skip
+    with pytest.raises(UserError, match=r"prefix_share 0\.75 there") as err:
+        run_set(service, service.config, manifest, cache, [("python", holes[0])],
+                RepoRunConfig(["today"], peer_after=None, out=tmp_path),
+                {"model": "fake", "service": {"prefix_share": 0.9, "threshold": 0.9}})  # fmt: skip
+    assert "threshold" not in str(err.value)
+
+
+def test_repo_service_takes_the_prefix_share_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--prefix-share reaches the repository run's service (it was silently dropped: every repo pass
+    ran at the default share whatever the flag said)."""
+    import argparse
+
+    from dspark_lsp.evaluation import repo_cli
+    from dspark_lsp.service import CompletionService
+
+    made: list[ServiceConfig] = []
+    monkeypatch.setattr(CompletionService, "load", classmethod(lambda cls, cfg: made.append(cfg) or cfg))
+    base = {"model": "default", "draft": None, "dtype": "auto", "pack": "auto", "cache_dir": None,
+            "max_new_tokens": None}  # fmt: skip
+    repo_cli._service(argparse.Namespace(**base, prefix_share=0.6))
+    repo_cli._service(argparse.Namespace(**base, prefix_share=None))
+    assert made[0].prefix_share == 0.6
+    assert made[1].prefix_share == ServiceConfig().prefix_share

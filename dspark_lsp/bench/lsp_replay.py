@@ -422,7 +422,8 @@ def _report(label: str, stats: dict[str, Any], typed: int, wall: float) -> Repla
         if values:
             service[key] = round(statistics.fmean(values), 2)
     service["from_cache"] = sum(1 for _, from_cache in figures if from_cache)
-    rows = [_request_row(latency, st, from_cache) for latency, (st, from_cache) in zip(latencies, figures)]
+    rows = [_request_row(latency, st, from_cache)
+            for latency, (st, from_cache) in zip(latencies, figures, strict=True)]
     rss = stats.get("peakRssKb")
     return ReplayReport(
         label=label,

@@ -43,6 +43,8 @@ def _service(args: argparse.Namespace) -> Any:
         max_new_tokens=args.max_new_tokens or REPO_MAX_NEW_TOKENS,
         context_window=1024, context_budget=256,  # the widest variant: sizes the prefix cache
     )  # fmt: skip
+    if args.prefix_share is not None:  # the variants set the window and budget, not how it is split
+        cfg.prefix_share = args.prefix_share
     errs = cfg.problems()
     if errs:
         raise UserError("; ".join(errs))

@@ -167,8 +167,13 @@ def load_previous(out: Path | None, settings: dict[str, Any]) -> list[Record]:
         old = saved["settings"]
         # Settings both passes know must agree (a field added to ServiceConfig meanwhile is not a clash).
         common = set(old["service"]) & set(settings["service"])
-        if old["model"] != settings["model"] or any(old["service"][k] != settings["service"][k] for k in common):
-            raise UserError(f"{out / REPORT}: another model or service settings; use another --out")
+        clash = [f"{k} {old['service'][k]!r} there" for k in sorted(common)
+                 if old["service"][k] != settings["service"][k]]
+        if old["model"] != settings["model"]:
+            clash.insert(0, f"model {old['model']!r} there")
+        if clash:
+            said = ", ".join(clash[:4])
+            raise UserError(f"{out / REPORT}: another model or service settings ({said}); use another --out")
         records = [Record(**r) for r in saved["records"]]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UserError(f"{out / REPORT}: not a repository-set report ({exc})") from exc
