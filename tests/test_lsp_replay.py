@@ -134,3 +134,19 @@ def test_replay_with_open_files_warm_up_and_a_first_completion(tmp_path: Path) -
     assert report.first_ms is not None and report.first_ms >= 0
     assert report.warm["queued"] >= 1 and report.warm["finished"] >= 1
     assert report.requests >= 2  # the first completion and at least one at a pause
+
+
+def test_sources_flag_maps_to_the_servers_two_settings(capsys: pytest.CaptureFixture[str]) -> None:
+    """`bench --lsp --lsp-sources` turns each context source on or off for the replayed server; a bad
+    list is a one-line error before any server starts."""
+    from dspark_lsp.cli import main
+
+    assert lsp_replay.context_sources("defs") == {"contextOpenFiles": False, "contextDefinitions": True}
+    assert lsp_replay.context_sources("open, defs") == {"contextOpenFiles": True, "contextDefinitions": True}
+    assert lsp_replay.context_sources("none") == {"contextOpenFiles": False, "contextDefinitions": False}
+    for bad in ("", "defs,tabs"):
+        with pytest.raises(UserError, match="--lsp-sources"):
+            lsp_replay.context_sources(bad)
+    assert main(["bench", "--lsp", "--lsp-sources", "tabs"]) != 0
+    err = capsys.readouterr().err
+    assert "--lsp-sources" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1

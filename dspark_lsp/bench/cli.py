@@ -80,6 +80,10 @@ def _add_lsp_arguments(p: argparse.ArgumentParser) -> None:
         help="--lsp: the contextBudget setting (other files' tokens in the prompt; default: the server's)",
     )
     p.add_argument(
+        "--lsp-sources", default=None, metavar="LIST",
+        help="--lsp: which context sources are on: open,defs (both), open, defs or none (default: the server's)",
+    )
+    p.add_argument(
         "--lsp-first-after", type=float, default=None, metavar="S",
         help="--lsp: S seconds after opening the file (its background warm-up), ask once: the first completion",
     )

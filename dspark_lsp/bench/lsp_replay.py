@@ -534,6 +534,9 @@ def server_settings(args: Any) -> dict[str, Any]:
     settings["maxNewTokens"] = args.max_new_tokens
     settings["contextWindow"] = args.context_window
     settings["prefixShare"] = args.prefix_share
+    sources = getattr(args, "lsp_sources", None)
+    if sources is not None:
+        settings.update(context_sources(sources))
     if getattr(args, "backend_url", None):
         backend: dict[str, Any] = {"url": args.backend_url}
         if getattr(args, "backend_model", None):
@@ -542,3 +545,15 @@ def server_settings(args: Any) -> dict[str, Any]:
             backend["timeoutMs"] = args.backend_timeout_ms
         settings["backend"] = backend
     return settings
+
+
+SOURCES = {"open": "contextOpenFiles", "defs": "contextDefinitions"}
+
+
+def context_sources(value: str) -> dict[str, bool]:
+    """`--lsp-sources open,defs|open|defs|none` as the server's two source settings."""
+    names = [] if value.strip() == "none" else [n.strip() for n in value.split(",") if n.strip()]
+    unknown = sorted(set(names) - set(SOURCES))
+    if unknown or not names and value.strip() != "none":
+        raise UserError(f"--lsp-sources {value!r}: expected open,defs, open, defs or none")
+    return {setting: name in names for name, setting in SOURCES.items()}
