@@ -14,7 +14,7 @@ from dspark_lsp.errors import UserError
 from dspark_lsp.lsp.transport_args import add_transport_arguments, transport_of
 
 if TYPE_CHECKING:
-    from dspark_lsp.contract import CompletionStats
+    from dspark_lsp.contract import CompletionResult, CompletionStats
     from dspark_lsp.service import ServiceConfig
 
 PROG = "dspark-lsp"
@@ -52,7 +52,26 @@ def cmd_complete(args: argparse.Namespace) -> int:
     offset = offset_of_utf16(text, args.line, args.col)
 
     from dspark_lsp.contract import CompletionRequest
-    from dspark_lsp.service import CompletionService, ServiceConfig
+    from dspark_lsp.service import CompletionService
+
+    cfg = _complete_config(args)
+    if args.prepare:
+        _prepare_if_needed(cfg)
+    # Progress lines only for a person at a terminal: a script reading stderr gets exactly one line
+    # on failure.
+    show_progress = not args.json and sys.stderr.isatty()
+    service = CompletionService.load(cfg, progress=_progress_to_stderr if show_progress else None)
+    result = service.complete(CompletionRequest(text=text, offset=offset, path=str(args.file), doc_key=str(args.file)))
+    if args.json:
+        _print_completion_json(result, service.description)
+    else:
+        _print_completion_text(result)
+    return 0
+
+
+def _complete_config(args: argparse.Namespace) -> ServiceConfig:
+    """The service's config from `complete`'s flags; invalid values are one UserError naming them all."""
+    from dspark_lsp.service import ServiceConfig
 
     cfg = ServiceConfig(
         model=args.model,
@@ -74,47 +93,46 @@ def cmd_complete(args: argparse.Namespace) -> int:
     errs = cfg.problems()
     if errs:
         raise UserError("; ".join(errs))
-    if args.prepare:
-        _prepare_if_needed(cfg)
-    # Progress lines only for a person at a terminal: a script reading stderr gets exactly one line
-    # on failure.
-    show_progress = not args.json and sys.stderr.isatty()
-    service = CompletionService.load(cfg, progress=_progress_to_stderr if show_progress else None)
-    result = service.complete(CompletionRequest(text=text, offset=offset, path=str(args.file), doc_key=str(args.file)))
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "text": result.text,
-                    "prompt": result.prompt,
-                    "completion_ids": result.completion_ids,
-                    "scope": result.scope,
-                    "stop_reason": result.stop_reason,
-                    "model": service.description,
-                    "stats": result.stats.to_json(),
-                },
-                ensure_ascii=False,
-            )
+    return cfg
+
+
+def _print_completion_json(result: CompletionResult, model: str) -> None:
+    """`--json`: one JSON object on one line."""
+    print(
+        json.dumps(
+            {
+                "text": result.text,
+                "prompt": result.prompt,
+                "completion_ids": result.completion_ids,
+                "scope": result.scope,
+                "stop_reason": result.stop_reason,
+                "model": model,
+                "stats": result.stats.to_json(),
+            },
+            ensure_ascii=False,
         )
-    else:
-        if not result.text:
-            print(f"(no completion: scope={result.scope}, stop={result.stop_reason})", file=sys.stderr)
-        sys.stdout.write(result.text + ("\n" if result.text and not result.text.endswith("\n") else ""))
-        s = result.stats
-        if s.backend is not None:
-            print(
-                f"[{s.tokens if s.tokens is not None else '?'} tokens in {s.seconds or 0.0:.2f} s from {s.backend}, "
-                f"first text after {s.first_text_ms} ms]",
-                file=sys.stderr,
-            )
-        elif s.tokens is not None:
-            print(
-                f"[{s.tokens} tokens in {s.seconds or 0.0:.2f} s ({_rate(s)}), {s.target_forwards} target "
-                f"forwards, {s.accepted_per_forward or 0.0:.2f} tokens/forward, draft={s.draft}, "
-                f"weights={s.weights or '?'}]",
-                file=sys.stderr,
-            )
-    return 0
+    )
+
+
+def _print_completion_text(result: CompletionResult) -> None:
+    """The completion on stdout; why it is empty, or what it cost, on stderr."""
+    if not result.text:
+        print(f"(no completion: scope={result.scope}, stop={result.stop_reason})", file=sys.stderr)
+    sys.stdout.write(result.text + ("\n" if result.text and not result.text.endswith("\n") else ""))
+    s = result.stats
+    if s.backend is not None:
+        print(
+            f"[{s.tokens if s.tokens is not None else '?'} tokens in {s.seconds or 0.0:.2f} s from {s.backend}, "
+            f"first text after {s.first_text_ms} ms]",
+            file=sys.stderr,
+        )
+    elif s.tokens is not None:
+        print(
+            f"[{s.tokens} tokens in {s.seconds or 0.0:.2f} s ({_rate(s)}), {s.target_forwards} target "
+            f"forwards, {s.accepted_per_forward or 0.0:.2f} tokens/forward, draft={s.draft}, "
+            f"weights={s.weights or '?'}]",
+            file=sys.stderr,
+        )
 
 
 def _rate(stats: CompletionStats) -> str:

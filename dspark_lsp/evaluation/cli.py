@@ -21,6 +21,18 @@ def add_eval_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p = sub.add_parser(
         "eval", help="completion quality through the server's code path (pass@1, exact match, ceilings)"
     )
+    # Added in this order because --help lists them in it.
+    _add_model_and_problem_arguments(p)
+    _add_decoding_arguments(p)
+    _add_loading_and_report_arguments(p)
+    from dspark_lsp.evaluation.repo_cli import add_repo_arguments
+
+    add_repo_arguments(p)
+    p.set_defaults(func=cmd_eval)
+
+
+def _add_model_and_problem_arguments(p: argparse.ArgumentParser) -> None:
+    """Which model completes, and which holes it fills."""
     p.add_argument("--model", default="default", help="pair name, model name, local dir or HF id")
     p.add_argument(
         "--draft", default=None, help="draft override: ngram, none (target only), or a draft model"
@@ -41,6 +53,10 @@ def add_eval_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="problems per HumanEval set / corpus language (0 = all; a corpus then gives 50 a language)",
     )
     p.add_argument("--seed", type=int, default=0, help="which problems --limit picks")
+
+
+def _add_decoding_arguments(p: argparse.ArgumentParser) -> None:
+    """The service's prompt and budget, the ceilings and the llama.cpp peer, threads and test timeout."""
     p.add_argument(
         "--max-new-tokens", type=int, default=None, help="the service's budget (default: the server's)"
     )
@@ -62,6 +78,10 @@ def add_eval_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--threads", type=int, default=0, help="torch and llama.cpp threads (0 = torch default / 2)"
     )
     p.add_argument("--timeout", type=float, default=10.0, help="seconds per test run (pass@1)")
+
+
+def _add_loading_and_report_arguments(p: argparse.ArgumentParser) -> None:
+    """How the model loads, where the report goes, and the saved reports a run can start from."""
     p.add_argument("--dtype", default="auto")
     p.add_argument("--pack", choices=["auto", "on", "off"], default="auto")
     p.add_argument("--cache-dir", default=None)
@@ -84,10 +104,6 @@ def add_eval_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="copy a saved run's records for holes whose prompt this run builds the same (e.g. a "
         "--context-window sweep decodes only the holes the window changes)",
     )
-    from dspark_lsp.evaluation.repo_cli import add_repo_arguments
-
-    add_repo_arguments(p)
-    p.set_defaults(func=cmd_eval)
 
 
 def _log(message: str) -> None:
@@ -117,6 +133,41 @@ def cmd_eval(args: argparse.Namespace) -> int:
     _check_args(args)
     if args.rescore:
         return _cmd_rescore(args)
+    sets, he_dir, problems = _load_eval_problems(args)
+    cfg = _service_config(args)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    saved = None
+    if args.reuse:
+        # Checked before the model loads: a saved run that cannot be reused is a one-line error at once.
+        from dspark_lsp.evaluation.reuse import check_compatible, load_saved
+
+        saved = load_saved(args.reuse)
+        check_compatible(saved, {k: v for k, v in asdict(cfg).items() if k != "SETTINGS"}, args.raw_max_tokens)
+    log = (lambda m: None) if args.quiet else _log
+    log(f"{len(problems)} problems; loading {args.model}")
+    t_start = time.perf_counter()
+    from dspark_lsp.service import CompletionService
+
+    service = CompletionService.load(cfg)
+    peer, skipped = _peer(args, service, log)
+    settings = _run_settings(args, service, sets, he_dir)
+    if saved is not None:
+        settings["reused_from"] = args.reuse
+    records, decoded = _evaluate_all(args, problems, service, peer, saved, settings, skipped, log)
+    settings["seconds"] = round(time.perf_counter() - t_start, 1)
+    if saved is not None:
+        log(f"{len(problems) - decoded} of {len(problems)} holes reused from {args.reuse} (same prompt)")
+    from dspark_lsp.evaluation.report import build_report
+
+    _emit_report(args, build_report(records, settings, skipped), log)
+    return 0
+
+
+def _load_eval_problems(args: argparse.Namespace) -> tuple[list[str], Path | None, list[Any]]:
+    """The HumanEval sets asked for, their directory, and the problems (HumanEval holes and corpus holes)."""
     from dspark_lsp.bench.prompts import find_humaneval_dir
     from dspark_lsp.evaluation.problems import load_problems, parse_sets
 
@@ -127,8 +178,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     problems = load_problems(he_dir, sets, Path(args.corpus) if args.corpus else None, args.limit, args.seed)
     if not problems:
         raise UserError("no problems: pass --corpus DIR and/or make the HumanEval infilling data reachable")
+    return sets, he_dir, problems
 
-    from dspark_lsp.service import CompletionService, ServiceConfig
+
+def _service_config(args: argparse.Namespace) -> Any:
+    """The server's config with the flags applied (the server's defaults where a flag is not given)."""
+    from dspark_lsp.service import ServiceConfig
 
     cfg = ServiceConfig(
         model=args.model,
@@ -148,30 +203,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     errs = cfg.problems()
     if errs:
         raise UserError("; ".join(errs))
-    if args.threads:
-        import torch
+    return cfg
 
-        torch.set_num_threads(args.threads)
-    saved = None
-    if args.reuse:
-        # Checked before the model loads: a saved run that cannot be reused is a one-line error at once.
-        from dspark_lsp.evaluation.reuse import check_compatible, load_saved
 
-        saved = load_saved(args.reuse)
-        check_compatible(saved, {k: v for k, v in asdict(cfg).items() if k != "SETTINGS"}, args.raw_max_tokens)
-    log = (lambda m: None) if args.quiet else _log
-    log(f"{len(problems)} problems; loading {args.model}")
-    t_start = time.perf_counter()
-    service = CompletionService.load(cfg)
-    peer, skipped = _peer(args, service, log)
-
-    from dspark_lsp.evaluation.report import build_report, format_table
-    from dspark_lsp.evaluation.runner import RunConfig, evaluate_problem
-
-    run_cfg = RunConfig(
-        raw_max_tokens=args.raw_max_tokens, timeout_s=args.timeout, ceilings=not args.no_ceilings
-    )
-    settings: dict[str, Any] = {
+def _run_settings(args: argparse.Namespace, service: Any, sets: list[str], he_dir: Path | None) -> dict[str, Any]:
+    """What the report records about how it was made."""
+    return {
         "model": service.description,
         "service": {k: v for k, v in asdict(service.config).items() if k != "SETTINGS"},
         "sets": sets,
@@ -182,8 +219,26 @@ def cmd_eval(args: argparse.Namespace) -> int:
         "raw_max_tokens": args.raw_max_tokens,
         "threads": args.threads,
     }
-    if saved is not None:
-        settings["reused_from"] = args.reuse
+
+
+def _evaluate_all(
+    args: argparse.Namespace,
+    problems: list[Any],
+    service: Any,
+    peer: Any,
+    saved: Any,
+    settings: dict[str, Any],
+    skipped: dict[str, str],
+    log: Any,
+) -> tuple[list[Any], int]:
+    """Every problem's record (reused from ``saved`` where the prompt is the same, else decoded), and how
+    many were decoded; with --out the partial report is rewritten every 5 problems."""
+    from dspark_lsp.evaluation.report import build_report
+    from dspark_lsp.evaluation.runner import RunConfig, evaluate_problem
+
+    run_cfg = RunConfig(
+        raw_max_tokens=args.raw_max_tokens, timeout_s=args.timeout, ceilings=not args.no_ceilings
+    )
     records = []
     t_loop = time.perf_counter()
     decoded = 0
@@ -197,19 +252,26 @@ def cmd_eval(args: argparse.Namespace) -> int:
             # Written as the run goes (with its settings): a long run that is stopped still leaves its
             # records, and --reuse can read them.
             _write(args.out, build_report(records, {**settings, "partial": i < len(problems)}, skipped))
-        a = rec.attempts["service"]
-        verdict = "" if a.passed is None else (" pass" if a.passed else " fail")
         elapsed = time.perf_counter() - t_loop
         eta = elapsed / decoded * (len(problems) - i) if decoded else 0.0  # as if the rest all decode
-        how = "reused" if rec.reused else f"{(a.latency_ms or 0) / 1000:.1f} s"
-        log(
-            f"[{i}/{len(problems)}] {problem.set} {problem.id}: {rec.scope}{verdict} ES {a.similarity:.2f} "
-            f"{how} (ETA {eta / 60:.1f} min)"
-        )
-    settings["seconds"] = round(time.perf_counter() - t_start, 1)
-    if saved is not None:
-        log(f"{len(problems) - decoded} of {len(problems)} holes reused from {args.reuse} (same prompt)")
-    report = build_report(records, settings, skipped)
+        log(_progress_line(i, len(problems), problem, rec, eta))
+    return records, decoded
+
+
+def _progress_line(i: int, total: int, problem: Any, rec: Any, eta: float) -> str:
+    a = rec.attempts["service"]
+    verdict = "" if a.passed is None else (" pass" if a.passed else " fail")
+    how = "reused" if rec.reused else f"{(a.latency_ms or 0) / 1000:.1f} s"
+    return (
+        f"[{i}/{total}] {problem.set} {problem.id}: {rec.scope}{verdict} ES {a.similarity:.2f} "
+        f"{how} (ETA {eta / 60:.1f} min)"
+    )
+
+
+def _emit_report(args: argparse.Namespace, report: dict[str, Any], log: Any) -> None:
+    """The final report: to --out (if given), then to stdout as JSON or a table."""
+    from dspark_lsp.evaluation.report import format_table
+
     if args.out:
         _write(args.out, report)
         log(f"wrote {args.out}")
@@ -217,7 +279,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(json.dumps(report, ensure_ascii=False))
     else:
         print(format_table(report))
-    return 0
 
 
 def _reused(saved: Any, problem: Any, service: Any) -> Any:

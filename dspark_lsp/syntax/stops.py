@@ -354,12 +354,20 @@ class StopRules:
             self._stop = self._cut_before_line()
 
     def _line_rules(self, line: str, start: int) -> None:
-        facts = self.facts
         stripped = self._full_line(line).strip()
         if not stripped:
             if self._content_lines > 0:
                 self._blank_since_content = True
             return
+        if self._ends_before(line, stripped):
+            self._stop = self._cut_before_line()
+            return
+        self._keep_line(line, start)
+
+    def _ends_before(self, line: str, stripped: str) -> bool:
+        """Does the completion end before this non-blank line: a new top-level construct, the code after
+        the cursor re-typed, a line repeated, or a jump that would leave the suffix dead?"""
+        facts = self.facts
         if (
             facts.braces
             and self._line_no > 0
@@ -367,42 +375,50 @@ class StopRules:
             and self._blank_since_content
             and self._content_lines > 0
         ):
-            self._stop = self._cut_before_line()  # a blank line, then a new top-level construct
-            return
+            return True  # a blank line, then a new top-level construct
         if (
             facts.suffix_line
             and stripped == facts.suffix_line
             and not _bracket_only(stripped)
             and not self._own_block_line(line)
         ):
-            self._stop = self._cut_before_line()  # re-typing the code after the cursor
-            self._evidence = True
-            return
+            self._evidence = True  # re-typing the code after the cursor
+            return True
         if (
             self._content_lines > 0  # a first line equal to a later suffix line can be the hole (eval)
             and len(stripped) >= self.config.min_repeat_len
             and any(is_word_char(c) for c in stripped)
             and stripped in facts.suffix_lines[1 : self.config.suffix_window]
         ):
-            self._stop = self._cut_before_line()  # re-typing the code a little after the cursor
-            return  # (no evidence for suffix_body_wait: a paraphrased body may come before such a line)
-        if len(stripped) >= self.config.min_repeat_len and any(is_word_char(c) for c in stripped):
-            # The cursor's own line counts once it is a fresh line (on "def f():|" it is the prefix's).
-            fresh = self._line_no > 0 or not facts.line_before.strip()
-            if self.config.repeat_previous_only:
-                repeated = self._content_lines == 0 and stripped in facts.recent_lines[-1:]
-            else:
-                repeated = stripped in facts.recent_lines[-self.config.repeat_window :]
-            if fresh and repeated:
-                self._stop = self._cut_before_line()
-                return
-            if self._seen[stripped] >= self.config.max_repeats:
-                self._stop = self._cut_before_line()
-                return
-            self._seen[stripped] += 1
-        if self._makes_suffix_dead(line):
-            self._stop = self._cut_before_line()
-            return
+            # Re-typing the code a little after the cursor (no evidence for suffix_body_wait: a paraphrased
+            # body may come before such a line).
+            return True
+        if self._repeats(stripped):
+            return True
+        return self._makes_suffix_dead(line)
+
+    def _repeats(self, stripped: str) -> bool:
+        """A line the model is looping on: the line just before re-typed (or one of the recent lines), or
+        any line more than ``max_repeats`` times. Counts the line when it is neither."""
+        if len(stripped) < self.config.min_repeat_len or not any(is_word_char(c) for c in stripped):
+            return False
+        facts = self.facts
+        # The cursor's own line counts once it is a fresh line (on "def f():|" it is the prefix's).
+        fresh = self._line_no > 0 or not facts.line_before.strip()
+        if self.config.repeat_previous_only:
+            repeated = self._content_lines == 0 and stripped in facts.recent_lines[-1:]
+        else:
+            repeated = stripped in facts.recent_lines[-self.config.repeat_window :]
+        if fresh and repeated:
+            return True
+        if self._seen[stripped] >= self.config.max_repeats:
+            return True
+        self._seen[stripped] += 1
+        return False
+
+    def _keep_line(self, line: str, start: int) -> None:
+        """The line stays: count it, remember where a cut before the next line lands, and stop after it
+        when it opens the block whose body the suffix already holds."""
         if self._top_indent is None:
             self._top_indent = indent_width(self._full_line(line))
         self._content_lines += 1

@@ -249,6 +249,38 @@ def run(cfg: BlockTrainConfig) -> None:
     emb_table, _ = load_target_tables(cfg.target, vocab)
     if model.block_in is not None:
         init_stand_ins(model, emb_table)  # (a resumed run loads its own below)
+    opt = _optimizer(model, fresh, cfg)
+    step = _open_run_dir(cfg, model, opt)
+    shards = Shards(cfg.features, cfg.val_shards)
+    rng = random.Random(cfg.seed + step)
+    log = (cfg.run_dir / "log.jsonl").open("a")
+    t0 = last_ckpt = time.time()
+    while step < cfg.max_steps:
+        if step % 50 == 0 or not shards.train:
+            if shards.refresh() < cfg.batch_size:
+                raise UserError(f"fewer than {cfg.batch_size} training samples in {cfg.features}")
+        rows = rng.sample(shards.train, cfg.batch_size)
+        loss, parts = _train_step(model, opt, emb_table, make_batch(rows, vocab), vocab, cfg, step, rng)
+        step += 1
+        if step % cfg.log_every == 0:
+            _write(log, _train_record(step, loss, parts, len(shards.train), t0))
+        if step % cfg.eval_every == 0 and shards.val:
+            _write(log, {"step": step, "val": evaluate(model, emb_table, shards.val, vocab, cfg)})
+        out_of_time = cfg.max_minutes and time.time() - t0 > cfg.max_minutes * 60
+        if time.time() - last_ckpt > cfg.checkpoint_minutes * 60 or out_of_time:
+            save(model, opt, step, vocab, cfg)
+            last_ckpt = time.time()
+        if out_of_time:
+            break
+    shards.refresh()
+    if cfg.calibrate and model.conf is not None and shards.val:
+        _calibrate(model, emb_table, shards.val, vocab, cfg, log, step)
+    save(model, opt, step, vocab, cfg)
+
+
+def _optimizer(model: FeatDraft, fresh: set[str], cfg: BlockTrainConfig) -> torch.optim.Optimizer:
+    """AdamW over the new parts at ``head_lr`` and, unless the base is frozen, the base at ``lr`` (each
+    group keeps its base rate for the warm-up)."""
     base_params = [p for n, p in model.named_parameters() if n not in fresh]
     if cfg.freeze_base:
         for p in base_params:
@@ -257,7 +289,12 @@ def run(cfg: BlockTrainConfig) -> None:
                "base": cfg.head_lr}]
     if not cfg.freeze_base:
         groups.append({"params": base_params, "lr": cfg.lr, "base": cfg.lr})
-    opt = torch.optim.AdamW(groups, weight_decay=0.0)
+    return torch.optim.AdamW(groups, weight_decay=0.0)
+
+
+def _open_run_dir(cfg: BlockTrainConfig, model: FeatDraft, opt: torch.optim.Optimizer) -> int:
+    """Make the run directory, resume from its checkpoint if there is one, record the config; the step
+    to start from."""
     run_dir = cfg.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     ckpt = run_dir / "checkpoint.pt"
@@ -272,52 +309,45 @@ def run(cfg: BlockTrainConfig) -> None:
         step = int(state["step"])
         print(f"resumed at step {step}", file=sys.stderr)
     (run_dir / "train_config.json").write_text(json.dumps(asdict(cfg), default=str, indent=2))
-    shards = Shards(cfg.features, cfg.val_shards)
-    rng = random.Random(cfg.seed + step)
-    log = (run_dir / "log.jsonl").open("a")
-    t0 = last_ckpt = time.time()
-    while step < cfg.max_steps:
-        if step % 50 == 0 or not shards.train:
-            if shards.refresh() < cfg.batch_size:
-                raise UserError(f"fewer than {cfg.batch_size} training samples in {cfg.features}")
-        rows = rng.sample(shards.train, cfg.batch_size)
-        warm = min(1.0, (step + 1) / cfg.warmup_steps)
-        for g in opt.param_groups:
-            g["lr"] = g["base"] * warm
-        batch = make_batch(rows, vocab)
-        n = batch["tokens"].shape[1] - 1
-        model.train()
-        parts = batch_parts(model, emb_table, batch, vocab, cfg.unroll,
-                            pick_anchors(n, cfg.anchor_share, cfg.block_size, rng))
-        loss = _loss(parts, cfg)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
-        opt.step()
-        step += 1
-        if step % cfg.log_every == 0:
-            rec = {"time": round(time.time(), 1), "step": step, "loss": round(float(loss.detach()), 4),
-                   "samples": len(shards.train), "ar_acc": [round(h / max(c, 1), 4) for h, c in parts.ar_hits],
-                   "block_chain": [round(h / max(c, 1), 4) for h, c in parts.block_hits],
-                   "ce": [round(float(c.detach()), 3) for c in parts.ce + parts.ce_block],  # AR passes, block
-                   "s_per_step": round((time.time() - t0) / max(step, 1), 2)}
-            _write(log, rec)
-        if step % cfg.eval_every == 0 and shards.val:
-            _write(log, {"step": step, "val": evaluate(model, emb_table, shards.val, vocab, cfg)})
-        out_of_time = cfg.max_minutes and time.time() - t0 > cfg.max_minutes * 60
-        if time.time() - last_ckpt > cfg.checkpoint_minutes * 60 or out_of_time:
-            save(model, opt, step, vocab, cfg)
-            last_ckpt = time.time()
-        if out_of_time:
-            break
-    shards.refresh()
-    if cfg.calibrate and model.conf is not None and shards.val:
-        a, b = fit_platt(*confidence_pairs(model, emb_table, shards.val, vocab, cfg))
-        fold_platt(model, a, b)
-        _write(log, {"step": step, "platt": [round(a, 4), round(b, 4)],
-                     "val": evaluate(model, emb_table, shards.val, vocab, cfg)})
-        # (The optimizer's state still fits: only the head's scale moved.)
-    save(model, opt, step, vocab, cfg)
+    return step
+
+
+def _train_step(model: FeatDraft, opt: torch.optim.Optimizer, emb_table: torch.Tensor,
+                batch: dict[str, torch.Tensor], vocab: DraftVocab, cfg: BlockTrainConfig, step: int,
+                rng: random.Random) -> tuple[torch.Tensor, Parts]:
+    """One optimizer step (learning rates warmed up by ``step``) on anchors drawn from ``rng``; the loss
+    and its parts."""
+    warm = min(1.0, (step + 1) / cfg.warmup_steps)
+    for g in opt.param_groups:
+        g["lr"] = g["base"] * warm
+    n = batch["tokens"].shape[1] - 1
+    model.train()
+    parts = batch_parts(model, emb_table, batch, vocab, cfg.unroll,
+                        pick_anchors(n, cfg.anchor_share, cfg.block_size, rng))
+    loss = _loss(parts, cfg)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
+    opt.step()
+    return loss, parts
+
+
+def _train_record(step: int, loss: torch.Tensor, parts: Parts, samples: int, t0: float) -> dict[str, Any]:
+    return {"time": round(time.time(), 1), "step": step, "loss": round(float(loss.detach()), 4),
+            "samples": samples, "ar_acc": [round(h / max(c, 1), 4) for h, c in parts.ar_hits],
+            "block_chain": [round(h / max(c, 1), 4) for h, c in parts.block_hits],
+            "ce": [round(float(c.detach()), 3) for c in parts.ce + parts.ce_block],  # AR passes, block
+            "s_per_step": round((time.time() - t0) / max(step, 1), 2)}
+
+
+def _calibrate(model: FeatDraft, emb_table: torch.Tensor, val: list[dict[str, torch.Tensor]], vocab: DraftVocab,
+               cfg: BlockTrainConfig, log: Any, step: int) -> None:
+    """Fit Platt's (a, b) on the validation shard(s), fold it into the confidence head, log it."""
+    a, b = fit_platt(*confidence_pairs(model, emb_table, val, vocab, cfg))
+    fold_platt(model, a, b)
+    _write(log, {"step": step, "platt": [round(a, 4), round(b, 4)],
+                 "val": evaluate(model, emb_table, val, vocab, cfg)})
+    # (The optimizer's state still fits: only the head's scale moved.)
 
 
 @torch.no_grad()

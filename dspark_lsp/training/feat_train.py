@@ -152,9 +152,13 @@ def unrolled_features(
     return outs
 
 
+# Per unrolled pass: (token loss, feature loss, top-1 hits, counted positions).
+PassLosses = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+
+
 def unrolled_losses(
     model: FeatDraft, emb_table: torch.Tensor, batch: dict[str, torch.Tensor], unroll: int
-) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
+) -> list[PassLosses]:
     """Per pass: (token loss, feature loss, top-1 hits, counted positions)."""
     tokens, feat, label, valid = batch["tokens"], batch["feat"], batch["label"], batch["valid"]
     n = tokens.shape[1] - 1
@@ -207,11 +211,45 @@ def run(cfg: FeatTrainConfig, online: OnlineRows | None = None) -> None:
     """Train (resuming from the run's checkpoint). ``online``: the source of fresh rows when
     ``cfg.online`` (built from ``cfg.target`` and the corpus when not given)."""
     torch.set_num_threads(cfg.threads)
+    vocab = _corpus_vocab(cfg)
+    emb_table, head_rows = load_target_tables(cfg.target, vocab)
+    model = _new_model(cfg, vocab, emb_table, head_rows)
+    emb_table = emb_table.to(cfg.device)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    step = _open_run_dir(cfg, model, opt)
+    shards = Shards(cfg.features, cfg.val_shards)
+    if cfg.online and online is None:
+        online = _online_rows(cfg, step)
+    rng = random.Random(cfg.seed + step)
+    log = (cfg.run_dir / "log.jsonl").open("a")
+    t0 = last_ckpt = time.time()
+    while step < cfg.max_steps:
+        rows = _next_rows(cfg, step, online, shards, rng)
+        loss, parts = _train_step(model, opt, emb_table, make_batch(rows, vocab), cfg, step)
+        step += 1
+        if step % cfg.log_every == 0:
+            _log_record(log, _train_record(cfg, step, loss, parts, online, shards))
+        if step % cfg.eval_every == 0 and shards.val:
+            _log_record(log, {"step": step, "val_acc": evaluate(model, emb_table, shards.val, vocab, cfg)})
+        out_of_time = cfg.max_minutes and time.time() - t0 > cfg.max_minutes * 60
+        if time.time() - last_ckpt > cfg.checkpoint_minutes * 60 or step >= cfg.max_steps or out_of_time:
+            save(model, opt, step, vocab, cfg)
+            last_ckpt = time.time()
+        if out_of_time:
+            break
+    save(model, opt, step, vocab, cfg)
+
+
+def _corpus_vocab(cfg: FeatTrainConfig) -> DraftVocab:
+    """The draft's vocabulary, as the corpus step saved it."""
     if not cfg.corpus_file.is_file():
         raise UserError(f"no corpus file at {cfg.corpus_file}")
     saved = json.loads(cfg.corpus_file.read_text())
-    vocab = DraftVocab(saved["target_ids"], saved["target_vocab_size"])
-    emb_table, head_rows = load_target_tables(cfg.target, vocab)
+    return DraftVocab(saved["target_ids"], saved["target_vocab_size"])
+
+
+def _new_model(cfg: FeatTrainConfig, vocab: DraftVocab, emb_table: torch.Tensor, head_rows: torch.Tensor) -> FeatDraft:
+    """A fresh draft (seeded) sized to the target's embeddings, on ``cfg.device``."""
     net_cfg = FeatDraftConfig(d_model=int(emb_table.shape[1]), n_heads=cfg.n_heads, d_ff=cfg.d_ff,
                               n_layers=cfg.n_layers,
                               vocab_size=vocab.size, target_vocab_size=vocab.target_vocab_size)
@@ -220,8 +258,12 @@ def run(cfg: FeatTrainConfig, online: OnlineRows | None = None) -> None:
     with torch.no_grad():
         model.head.weight.copy_(head_rows)  # start from the target's own output head
     model.to(cfg.device)
-    emb_table = emb_table.to(cfg.device)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    return model
+
+
+def _open_run_dir(cfg: FeatTrainConfig, model: FeatDraft, opt: torch.optim.Optimizer) -> int:
+    """Make the run directory, resume from its checkpoint if there is one, record the config; the step
+    to start from."""
     run_dir = cfg.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     ckpt = run_dir / "checkpoint.pt"
@@ -233,56 +275,56 @@ def run(cfg: FeatTrainConfig, online: OnlineRows | None = None) -> None:
         step = int(state["step"])
         print(f"resumed at step {step}", file=sys.stderr)
     (run_dir / "train_config.json").write_text(json.dumps(asdict(cfg), default=str, indent=2))
-    shards = Shards(cfg.features, cfg.val_shards)
-    if cfg.online and online is None:
-        online = _online_rows(cfg, step)
-    rng = random.Random(cfg.seed + step)
-    log = (run_dir / "log.jsonl").open("a")
-    t0 = last_ckpt = time.time()
-    while step < cfg.max_steps:
-        if online is not None:
-            rows = online.take(cfg.batch_size)
-            if step % 50 == 0:
-                shards.refresh()  # the validation shard(s), when the features folder has them
-        else:
-            if step % 50 == 0 or not shards.train:
-                if shards.refresh() < cfg.batch_size:
-                    raise UserError(f"fewer than {cfg.batch_size} training samples in {cfg.features}")
-            rows = rng.sample(shards.train, cfg.batch_size)
-        for group in opt.param_groups:
-            group["lr"] = lr_at(cfg, step)
-        batch = to_device(make_batch(rows, vocab), cfg.device)
-        model.train()
-        with _autocast(cfg):
-            parts = unrolled_losses(model, emb_table, batch, cfg.unroll)
-        loss = sum((tl + cfg.reg_weight * rl for tl, rl, _, _ in parts), torch.zeros(()))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        step += 1
-        if step % cfg.log_every == 0:
-            seen = online.tokens_made if online is not None else len(shards.train)
-            rec = {"time": round(time.time(), 1), "step": step, "loss": round(float(loss.detach()), 4),
-                   "lr": round(lr_at(cfg, step), 6), ("online_tokens" if online is not None else "samples"): seen,
-                   "acc": [round(float(h) / max(int(c), 1), 4) for _, _, h, c in parts],
-                   "tok_loss": [round(float(t.detach()), 3) for t, _, _, _ in parts],
-                   "reg": [round(float(r.detach()), 4) for _, r, _, _ in parts]}
-            log.write(json.dumps(rec) + "\n")
-            log.flush()
-            print(json.dumps(rec), flush=True)
-        if step % cfg.eval_every == 0 and shards.val:
-            rec = {"step": step, "val_acc": evaluate(model, emb_table, shards.val, vocab, cfg)}
-            log.write(json.dumps(rec) + "\n")
-            log.flush()
-            print(json.dumps(rec), flush=True)
-        out_of_time = cfg.max_minutes and time.time() - t0 > cfg.max_minutes * 60
-        if time.time() - last_ckpt > cfg.checkpoint_minutes * 60 or step >= cfg.max_steps or out_of_time:
-            save(model, opt, step, vocab, cfg)
-            last_ckpt = time.time()
-        if out_of_time:
-            break
-    save(model, opt, step, vocab, cfg)
+    return step
+
+
+def _next_rows(cfg: FeatTrainConfig, step: int, online: OnlineRows | None, shards: Shards,
+               rng: random.Random) -> list[dict[str, torch.Tensor]]:
+    """The next batch's rows: fresh ones from the online source, else a sample of the training shards
+    (re-read every 50 steps, so shards written meanwhile join)."""
+    if online is not None:
+        rows = online.take(cfg.batch_size)
+        if step % 50 == 0:
+            shards.refresh()  # the validation shard(s), when the features folder has them
+        return rows
+    if step % 50 == 0 or not shards.train:
+        if shards.refresh() < cfg.batch_size:
+            raise UserError(f"fewer than {cfg.batch_size} training samples in {cfg.features}")
+    return rng.sample(shards.train, cfg.batch_size)
+
+
+def _train_step(model: FeatDraft, opt: torch.optim.Optimizer, emb_table: torch.Tensor,
+                batch: dict[str, torch.Tensor], cfg: FeatTrainConfig, step: int) -> tuple[torch.Tensor, list[PassLosses]]:
+    """One optimizer step at ``step``'s learning rate; the loss and the per-pass parts."""
+    for group in opt.param_groups:
+        group["lr"] = lr_at(cfg, step)
+    batch = to_device(batch, cfg.device)
+    model.train()
+    with _autocast(cfg):
+        parts = unrolled_losses(model, emb_table, batch, cfg.unroll)
+    loss = sum((tl + cfg.reg_weight * rl for tl, rl, _, _ in parts), torch.zeros(()))
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return loss, parts
+
+
+def _train_record(cfg: FeatTrainConfig, step: int, loss: torch.Tensor, parts: list[PassLosses],
+                  online: OnlineRows | None, shards: Shards) -> dict[str, Any]:
+    seen = online.tokens_made if online is not None else len(shards.train)
+    return {"time": round(time.time(), 1), "step": step, "loss": round(float(loss.detach()), 4),
+            "lr": round(lr_at(cfg, step), 6), ("online_tokens" if online is not None else "samples"): seen,
+            "acc": [round(float(h) / max(int(c), 1), 4) for _, _, h, c in parts],
+            "tok_loss": [round(float(t.detach()), 3) for t, _, _, _ in parts],
+            "reg": [round(float(r.detach()), 4) for _, r, _, _ in parts]}
+
+
+def _log_record(log: Any, rec: dict[str, Any]) -> None:
+    """A record to the run's log.jsonl and to stdout."""
+    log.write(json.dumps(rec) + "\n")
+    log.flush()
+    print(json.dumps(rec), flush=True)
 
 
 @torch.no_grad()
