@@ -333,11 +333,18 @@ def interleave(p: Packed, compact: bool = False) -> Packed:
             aux = np.concatenate([_panel_order(sub.sc, p.n), _panel_order(sub.mn, p.n)], axis=-1)
         else:  # Q6_K: the 8 rows' scales of the group's first half, then of its second
             aux = _panel_order(sub.sc, p.n).reshape(np_, g, 2 * PANEL)
-        block = np.concatenate([c.reshape(np_, g, -1), aux.view(p.codes.dtype)], axis=-1)  # [P, g, bytes]
+        # [P, g, code bytes + 16], filled in place: no temporary copy of the codes (a 150k-row head's
+        # codes are ~230 MB)
+        code_bytes = 256 if p.kind == 8 else 128
+        block = np.empty((np_, g, code_bytes + 2 * PANEL), p.codes.dtype)
+        dest = block[..., :code_bytes].reshape(c.shape)  # splits the last axis: a view of block
+        assert np.may_share_memory(dest, block)
+        np.copyto(dest, c)
+        block[..., code_bytes:] = aux.view(p.codes.dtype)
         d = np.ascontiguousarray(_panel_order(sub.d, p.n)).reshape(p.n, -1)
         dmin = np.ascontiguousarray(_panel_order(sub.dmin, p.n)).reshape(p.n, -1) if sub.dmin is not None \
             else np.zeros(0, np.float32)
-        return Packed(p.kind + 10, np.ascontiguousarray(block).reshape(p.n, -1), d, dmin, p.shift, p.n, p.k,
+        return Packed(p.kind + 10, block.reshape(p.n, -1), d, dmin, p.shift, p.n, p.k,
                       p.source_type)
     per = p.scale.shape[1] // g  # 1, or 2 for Q6_K
     scale = p.scale.reshape(np_, PANEL, g * per).transpose(0, 2, 1)
