@@ -175,13 +175,15 @@ def build_quantized_model(
                 _set(model, path, QuantEmbedding(rows=FileRows(gguf_path, wt)))
                 continue
             packed = blocks.pack_tensor(g.read(wt.name), qtype, n, k)
-            report.weight_bytes += packed.nbytes
             report.quantized[tname] = report.quantized.get(tname, 0) + 1
             if isinstance(target, nn.Linear):
                 # The products' layout now, so the row-major arrays go at once (not all at the end:
                 # the load's peak memory would hold every weight twice).
-                quant[path] = (kernel_layout(packed), bias)
+                laid = kernel_layout(packed)
+                report.weight_bytes += laid.nbytes  # what the products read (compact panels are smaller)
+                quant[path] = (laid, bias)
             else:
+                report.weight_bytes += packed.nbytes
                 embedding = packed
                 _set(model, path, QuantEmbedding(packed))
             continue
@@ -191,6 +193,7 @@ def build_quantized_model(
     if "output.weight" not in tensors:  # a tied head reads the embedding table
         if embedding is not None:  # the same arrays (QuantLinear's tensors share the numpy memory)
             table = kernel_layout(embedding)
+            report.weight_bytes += table.nbytes - embedding.nbytes
             model.lm_head = QuantLinear(table)
             if table is not embedding:  # the head's panel layout: the lookups read those arrays too
                 _set(model, "model.embed_tokens", QuantEmbedding(table))

@@ -6,6 +6,11 @@ package's reference dequantization, so ``scale * (code - shift) + offset`` in fp
 bit for bit (checked by the tests for every type). The codes are then stored compactly: low nibbles two
 per byte, plus one or two high-bit planes (5- and 6-bit codes) or plain int8 (Q8_0).
 
+The K-quants (Q4_K, Q5_K, Q6_K) also keep their integer sub-block scales and per-256 factors
+(:class:`SubScales`), from which :func:`interleave` can build the compact panels: the kernel then forms
+the same fp32 products ``d * sc`` (and ``dmin * m``) itself instead of reading an fp32 scale (and offset)
+per group, ~4.75 instead of 6 bits a Q4_K weight.
+
 numpy only: no torch import here, so the parsing is testable and cheap to import.
 """
 
@@ -29,6 +34,18 @@ QUANTIZED = frozenset(BLOCK)
 
 
 @dataclass
+class SubScales:
+    """A K-quant matrix's scales as the file holds them: integer codes per unit (32 weights, or 16 for
+    Q6_K) and fp32 factors per super-block of 256 weights. ``scale = d * sc`` and ``offset = -(dmin * mn)``,
+    as fp32 products, are :class:`Codes`' scale and offset bit for bit."""
+
+    d: np.ndarray  # float32 [n, k / 256]
+    sc: np.ndarray  # int8 [n, units]: 6-bit scale codes per 32 (Q4_K, Q5_K) or int8 scales per 16 (Q6_K)
+    dmin: np.ndarray | None  # float32 [n, k / 256] (types with offsets) or None
+    mn: np.ndarray | None  # int8 [n, k / 32]: 6-bit min codes, or None
+
+
+@dataclass
 class Codes:
     """One matrix [n, k] as integer codes and per-group scales (what the parsers produce)."""
 
@@ -37,6 +54,7 @@ class Codes:
     off: np.ndarray | None  # float32 [n, k / 32] or None
     shift: int
     bits: int  # 4, 5, 6 or 8
+    sub: SubScales | None = None  # K-quants: the integer scales the fp32 ones were made from
 
 
 @dataclass
@@ -45,7 +63,9 @@ class Packed:
 
     kind 4: ``codes`` uint8 [n, g, 16], two 4-bit codes per byte (element j low, element j + 16 high);
     kind 8: ``codes`` int8 [n, g, 32], one code per weight, already minus the zero point (``shift`` 0);
-    kinds 14 and 18: the same codes, scales and offsets in panels of 8 rows (:func:`interleave`).
+    kinds 14 and 18: the same codes, scales and offsets in panels of 8 rows (:func:`interleave`); compact
+    panels (``compact``: K-quants) hold the integer sub-block scales after each panel group's codes and
+    the per-256 factors d and dmin as ``scale`` and ``off`` (qkernel.cpp, "Super-block scales").
     """
 
     kind: int
@@ -56,10 +76,19 @@ class Packed:
     n: int
     k: int
     source_type: int
+    sub: SubScales | None = None  # row-major K-quants: what a compact interleave needs
 
     @property
     def nbytes(self) -> int:
+        """Bytes the kernel reads for one product: codes, scales, offsets (not ``sub``, a load-time aid)."""
         return self.codes.nbytes + self.scale.nbytes + self.off.nbytes
+
+    @property
+    def compact(self) -> bool:
+        """Panels with super-block scales: one fp32 factor per 256 weights of a row instead of per group
+        (the kernel tells the two forms apart by the same width)."""
+        g = self.k // QK
+        return self.kind in PANEL_KINDS and g % 8 == 0 and self.scale.shape[1] * 8 == g
 
     def values(self) -> np.ndarray:
         """fp32 values [n, k], the kernel's arithmetic in numpy (the reference for tests)."""
@@ -134,6 +163,8 @@ def parse(raw: np.ndarray, qtype: int, n: int, k: int) -> Codes:
         sc, mn = _scale_min_k4(b[:, 4:16])
         scale = d * sc.astype(np.float32)  # [nb, 8], the reference's exact fp32 products
         off = -(dmin * mn.astype(np.float32))
+        sub = SubScales(d.reshape(n, -1), sc.astype(np.int8).reshape(n, g), dmin.reshape(n, -1),
+                        mn.astype(np.int8).reshape(n, g))
         if qtype == Q4_K:
             qs, qh = b[:, 16:144], None
         else:
@@ -143,15 +174,17 @@ def parse(raw: np.ndarray, qtype: int, n: int, k: int) -> Codes:
         if qh is not None:
             hb = (qh.reshape(nb, 1, 32) >> np.arange(8, dtype=np.uint8).reshape(1, 8, 1)) & 1
             codes = codes | (hb << 4)
-        return Codes(codes.reshape(n, g, QK), scale.reshape(n, g), off.reshape(n, g), 0, 4 if qh is None else 5)
+        return Codes(codes.reshape(n, g, QK), scale.reshape(n, g), off.reshape(n, g), 0, 4 if qh is None else 5, sub)
     # Q6_K
     ql, qh6 = b[:, 0:128], b[:, 128:192]
-    scales = b[:, 192:208].view(np.int8).astype(np.float32)
+    sc6 = b[:, 192:208].view(np.int8)
+    scales = sc6.astype(np.float32)
     d = _f16(b[:, 208:210])[:, None]
     lo = ((ql.reshape(nb, 2, 1, 64) >> np.array([0, 4], dtype=np.uint8).reshape(1, 1, 2, 1)) & 15).reshape(nb, 8, 32)
     hi = ((qh6.reshape(nb, 2, 1, 32) >> np.array([0, 2, 4, 6], dtype=np.uint8).reshape(1, 1, 4, 1)) & 3)
     codes = lo | (hi.reshape(nb, 8, 32) << 4)
-    return Codes(codes.reshape(n, g, QK), (d * scales).reshape(n, 2 * g), None, 32, 6)
+    sub6 = SubScales(d.reshape(n, -1), np.ascontiguousarray(sc6).reshape(n, 2 * g), None, None)
+    return Codes(codes.reshape(n, g, QK), (d * scales).reshape(n, 2 * g), None, 32, 6, sub6)
 
 
 def pack(c: Codes, n: int, k: int, source_type: int) -> Packed:
@@ -160,10 +193,10 @@ def pack(c: Codes, n: int, k: int, source_type: int) -> Packed:
     if c.bits == 4:
         codes = c.codes.astype(np.uint8)
         nib = np.ascontiguousarray((codes[..., :16] & 15) | ((codes[..., 16:] & 15) << 4))
-        return Packed(4, nib, scale, off, c.shift, n, k, source_type)
+        return Packed(4, nib, scale, off, c.shift, n, k, source_type, c.sub)
     # 5, 6 and 8 bits: one signed byte per weight holding code - zero point (range -32..31 or -128..127).
     wide = np.ascontiguousarray((c.codes.astype(np.int16) - c.shift).astype(np.int8))
-    return Packed(8, wide, scale, off, 0, n, k, source_type)
+    return Packed(8, wide, scale, off, 0, n, k, source_type, c.sub)
 
 
 # Rows parsed per step: bounds the temporaries (the 151,936-row embedding would need ~1 GB at once).
@@ -187,13 +220,45 @@ def pack_tensor(raw: np.ndarray, qtype: int, n: int, k: int) -> Packed:
             out = Packed(piece.kind, np.empty((n, *piece.codes.shape[1:]), piece.codes.dtype),
                          np.empty((n, piece.scale.shape[1]), np.float32),
                          np.empty((n, *piece.off.shape[1:]), np.float32) if piece.off.size else piece.off,
-                         piece.shift, n, k, qtype)
+                         piece.shift, n, k, qtype, _empty_sub(piece.sub, n))
         out.codes[r0:r1] = piece.codes
         out.scale[r0:r1] = piece.scale
         if piece.off.size:
             out.off[r0:r1] = piece.off
+        if out.sub is not None and piece.sub is not None:
+            _fill_sub(out.sub, piece.sub, r0, r1)
     assert out is not None
     return out
+
+
+def _empty_sub(like: SubScales | None, n: int) -> SubScales | None:
+    if like is None:
+        return None
+    def rows(a: np.ndarray | None) -> np.ndarray | None:
+        return None if a is None else np.empty((n, a.shape[1]), a.dtype)
+    return SubScales(np.empty((n, like.d.shape[1]), np.float32), np.empty((n, like.sc.shape[1]), np.int8),
+                     rows(like.dmin), rows(like.mn))
+
+
+def _fill_sub(out: SubScales, piece: SubScales, r0: int, r1: int) -> None:
+    out.d[r0:r1] = piece.d
+    out.sc[r0:r1] = piece.sc
+    if out.dmin is not None and piece.dmin is not None and out.mn is not None and piece.mn is not None:
+        out.dmin[r0:r1] = piece.dmin
+        out.mn[r0:r1] = piece.mn
+
+
+def _concat_sub(parts: list[Packed]) -> SubScales | None:
+    subs = [p.sub for p in parts]
+    if any(s is None for s in subs):
+        return None
+    ss = [s for s in subs if s is not None]
+    def cat(name: str) -> np.ndarray | None:
+        arrays = [getattr(s, name) for s in ss]
+        return None if any(a is None for a in arrays) else np.concatenate(arrays)
+    d, sc = cat("d"), cat("sc")
+    assert d is not None and sc is not None
+    return SubScales(d, sc, cat("dmin"), cat("mn"))
 
 
 def concat_rows(parts: list[Packed]) -> Packed | None:
@@ -208,10 +273,12 @@ def concat_rows(parts: list[Packed]) -> Packed | None:
     )
     if not same:
         return None
+    # Panel matrices (compact or not) keep each panel's data contiguous, so stacking whole panels is a
+    # flat concatenation, which this is.
     off = np.concatenate([p.off.reshape(p.n, -1) for p in parts]) if first.off.size else np.zeros(0, np.float32)
     return Packed(first.kind, np.concatenate([p.codes.reshape(p.n, -1) for p in parts]),
                   np.concatenate([p.scale for p in parts]), off, first.shift, sum(p.n for p in parts), first.k,
-                  first.source_type)
+                  first.source_type, _concat_sub(parts))
 
 
 # Panels of 8 weight rows (qkernel.cpp, "Panel layout"): one 256-bit register then holds the same two
@@ -219,13 +286,35 @@ def concat_rows(parts: list[Packed]) -> Packed | None:
 # integer-to-fp32 step once per group for 8 rows instead of once per row (the few-row products' main
 # cost beside the multiplies). Same codes, scales and offsets, reordered once at load time.
 PANEL = 8
-PANEL_KINDS = frozenset({14, 18})
+PANEL_KINDS = frozenset({14, 18})  # compact panels too (Packed.compact)
 
 
-def interleave(p: Packed) -> Packed:
-    """``p`` (kind 4 or 8, ``p.n`` a multiple of 8) in the panel layout (kind 14 or 18)."""
+def can_compact(p: Packed) -> bool:
+    """Whether ``p`` (row-major) can take the compact panels: a K-quant with its integer scales at hand,
+    offsets xor two scales per group (what the kernel's compact products hold), whole super-blocks."""
+    if p.sub is None or p.kind not in (4, 8) or p.k % QK_K or p.n % PANEL:
+        return False
+    two = p.scale.shape[1] == 2 * (p.k // QK)
+    return bool(p.off.size) != two and (p.sub.mn is not None) == bool(p.off.size)
+
+
+def _panel_order(a: np.ndarray, n: int) -> np.ndarray:
+    """Per-row values [n, c] -> [n / 8 panels, c, 8 rows] (a panel's rows in the last axis)."""
+    return a.reshape(n // PANEL, PANEL, -1).transpose(0, 2, 1)
+
+
+def _row_order(a: np.ndarray, n: int) -> np.ndarray:
+    """The inverse of :func:`_panel_order`, back to [n, c]."""
+    return a.reshape(n // PANEL, -1, PANEL).transpose(0, 2, 1).reshape(n, -1)
+
+
+def interleave(p: Packed, compact: bool = False) -> Packed:
+    """``p`` (kind 4 or 8, ``p.n`` a multiple of 8) in the panel layout (kind 14 or 18); with ``compact``
+    (see :func:`can_compact`) with super-block scales (qkernel.cpp, "Super-block scales")."""
     if p.kind not in (4, 8) or p.n % PANEL:
         raise ValueError(f"cannot interleave kind {p.kind} with {p.n} rows (needs kind 4 or 8, rows % 8 == 0)")
+    if compact and not can_compact(p):
+        raise ValueError(f"{TYPE_NAMES.get(p.source_type, p.source_type)} [{p.n}, {p.k}] cannot take compact panels")
     g = p.k // QK
     np_ = p.n // PANEL
     if p.kind == 8:
@@ -237,6 +326,26 @@ def interleave(p: Packed) -> Packed:
         full = np.concatenate([nib & 15, nib >> 4], axis=-1).reshape(np_, PANEL, g, 8, 2, 2)
         byte = full[..., 0, :] | (full[..., 1, :] << 4)  # [P, 8, g, 8 quads, 2 e]
         c = byte.transpose(0, 2, 3, 1, 4)  # [P, g, quad, row, e]
+    if compact:
+        sub = p.sub
+        assert sub is not None
+        if sub.mn is not None:  # the group's 8 scale codes, then its 8 min codes
+            aux = np.concatenate([_panel_order(sub.sc, p.n), _panel_order(sub.mn, p.n)], axis=-1)
+        else:  # Q6_K: the 8 rows' scales of the group's first half, then of its second
+            aux = _panel_order(sub.sc, p.n).reshape(np_, g, 2 * PANEL)
+        # [P, g, code bytes + 16], filled in place: no temporary copy of the codes (a 150k-row head's
+        # codes are ~230 MB)
+        code_bytes = 256 if p.kind == 8 else 128
+        block = np.empty((np_, g, code_bytes + 2 * PANEL), p.codes.dtype)
+        dest = block[..., :code_bytes].reshape(c.shape)  # splits the last axis: a view of block
+        assert np.may_share_memory(dest, block)
+        np.copyto(dest, c)
+        block[..., code_bytes:] = aux.view(p.codes.dtype)
+        d = np.ascontiguousarray(_panel_order(sub.d, p.n)).reshape(p.n, -1)
+        dmin = np.ascontiguousarray(_panel_order(sub.dmin, p.n)).reshape(p.n, -1) if sub.dmin is not None \
+            else np.zeros(0, np.float32)
+        return Packed(p.kind + 10, block.reshape(p.n, -1), d, dmin, p.shift, p.n, p.k,
+                      p.source_type)
     per = p.scale.shape[1] // g  # 1, or 2 for Q6_K
     scale = p.scale.reshape(np_, PANEL, g * per).transpose(0, 2, 1)
     off = p.off.reshape(np_, PANEL, g).transpose(0, 2, 1).reshape(p.n, g) if p.off.size else p.off
@@ -245,8 +354,41 @@ def interleave(p: Packed) -> Packed:
                   p.source_type)
 
 
+def _uncompact(p: Packed) -> Packed:
+    """Compact panels -> the same panels with fp32 scales (and offsets) per group: the fp32 products
+    ``d * sc`` and ``-(dmin * mn)`` that :func:`parse` forms (and the kernel), and the integer scales kept."""
+    g = p.k // QK
+    np_ = p.n // PANEL
+    code_bytes = 256 if p.kind == 18 else 128
+    block = p.codes.reshape(np_, g, -1)
+    shape = (p.n, g, 16) if p.kind == 14 else (p.n, g, 32)  # the codes' shape in kinds 14 / 18
+    codes = np.ascontiguousarray(block[..., :code_bytes]).reshape(shape)
+    aux = np.ascontiguousarray(block[..., code_bytes:]).view(np.int8)  # [P, g, 16]
+    d = _row_order(p.scale, p.n)  # [n, S]
+    affine = bool(p.off.size)
+    units = g if affine else 2 * g
+    sc = _row_order(aux[..., :PANEL] if affine else aux.reshape(np_, units, PANEL), p.n)  # [n, units]
+    scale = np.repeat(d, units // d.shape[1], axis=1) * sc.astype(np.float32)
+    if affine:
+        dmin = _row_order(p.off, p.n)
+        mn = _row_order(aux[..., PANEL:], p.n)
+        off = -(np.repeat(dmin, g // dmin.shape[1], axis=1) * mn.astype(np.float32))
+        sub = SubScales(d, sc, dmin, mn)
+    else:
+        off = np.zeros(0, np.float32)
+        sub = SubScales(d, sc, None, None)
+    # fp32 scales in panel order, as interleave lays them out
+    scale_p = np.ascontiguousarray(_panel_order(scale, p.n)).reshape(p.n, -1)
+    off_p = np.ascontiguousarray(_panel_order(off, p.n)).reshape(p.n, -1) if affine else off
+    return Packed(p.kind, codes, scale_p, off_p, p.shift, p.n, p.k, p.source_type, sub)
+
+
 def deinterleave(p: Packed) -> Packed:
-    """The inverse of :func:`interleave` (row-major kind 4 or 8)."""
+    """The inverse of :func:`interleave` (row-major kind 4 or 8; from compact panels with ``sub`` set)."""
+    sub = None
+    if p.compact:
+        p = _uncompact(p)
+        sub = p.sub
     g = p.k // QK
     np_ = p.n // PANEL
     if p.kind == 18:
@@ -259,4 +401,4 @@ def deinterleave(p: Packed) -> Packed:
     scale = p.scale.reshape(np_, g * per, PANEL).transpose(0, 2, 1).reshape(p.n, g * per)
     off = p.off.reshape(np_, g, PANEL).transpose(0, 2, 1).reshape(p.n, g) if p.off.size else p.off
     return Packed(p.kind - 10, np.ascontiguousarray(c).reshape(p.codes.shape), np.ascontiguousarray(scale),
-                  np.ascontiguousarray(off), p.shift, p.n, p.k, p.source_type)
+                  np.ascontiguousarray(off), p.shift, p.n, p.k, p.source_type, sub)

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from dspark_lsp.quant.blocks import PANEL, Packed, interleave
+from dspark_lsp.quant.blocks import PANEL, Packed, can_compact, interleave
 from dspark_lsp.quant.file_rows import FileRows
 
 # Up to this many rows a product runs as batch-invariant dot products (decode and verify forwards);
@@ -47,10 +47,21 @@ def panels_enabled() -> bool:
         return False
 
 
-def kernel_layout(packed: Packed) -> Packed:
-    """``packed`` as the few-row products run it fastest: in panels of 8 rows where it can be."""
+# 0: K-quant panels keep an fp32 scale (and offset) per group instead of the file's integer sub-block
+# scales and per-256 factors (blocks.interleave's ``compact``; A/B comparisons, debugging).
+ENV_COMPACT = "DSPARK_COMPACT_SCALES"
+
+
+def compact_enabled() -> bool:
+    return os.environ.get(ENV_COMPACT, "1") != "0"
+
+
+def kernel_layout(packed: Packed, compact: bool | None = None) -> Packed:
+    """``packed`` as the few-row products run it fastest: in panels of 8 rows where it can be, K-quants
+    with their compact super-block scales (unless ``compact`` is False, or None and ENV_COMPACT is 0)."""
     if packed.kind in (4, 8) and packed.n % PANEL == 0 and panels_enabled():
-        return interleave(packed)
+        want = compact_enabled() if compact is None else compact
+        return interleave(packed, compact=want and can_compact(packed))
     return packed
 
 

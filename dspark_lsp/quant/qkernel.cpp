@@ -56,6 +56,8 @@ struct Mat {
   int32_t shift;
   int layout;  // 4 or 8 (the code layouts above)
   bool panel;  // kinds 14 / 18: the same codes in panels of 8 weight rows (see "Panel layout" below)
+  bool compact;  // panels with integer sub-block scales and per-256 factors ("Super-block scales" below)
+  int64_t S;     // compact: super-blocks of 256 weights per row (G / 8)
 };
 
 // Scalar reference of one group (also the portable path).
@@ -422,6 +424,41 @@ at::Tensor group_sums(const float* xp, int64_t M, int64_t K) {
 // Batch invariance holds as before: a row of x goes through the same integer sums (exact, so their
 // split over accumulators does not matter) and the same fp32 operations in the same order for any M.
 
+//
+// Super-block scales (compact panels, K-quants only: Q4_K, Q5_K, Q6_K). The fp32 scale (and offset) per
+// group above cost 64 bits per 32 weights of a Q4_K matrix (6 bits a weight in all, against the file's
+// 4.5). The file's own form is cheaper: integer sub-block scales (6-bit scale and min codes per 32 for
+// Q4_K / Q5_K, int8 scales per 16 for Q6_K) times fp16 factors per super-block of 256 (d, and dmin). The
+// reference dequantization forms the fp32 products d * sc and dmin * m per group; the compact panels
+// keep the integer codes (one byte each) and the factors (widened to fp32), and form the same products
+// in the kernel, one multiply per group for 8 rows: the same fp32 values bit for bit, so the same
+// results as the fp32-scale panels (4.75 bits a Q4_K weight, 8.625 a Q6_K one).
+//   codes: per panel and group, the code bytes above (128 or 256) followed by 16 bytes: the 8 rows'
+//          scale codes then their min codes (types with offsets), or the 8 rows' scales of the group's
+//          first half then of its second (Q6_K).
+//   scale: d as fp32 [P][S][8] (S = G / 8 super-blocks per row); off: dmin as fp32 [P][S][8] or empty.
+// The kernel tells the form by the scale tensor's width: G / 8 per row (compact) or G * U (fp32 scales).
+
+// 8 rows' fp32 products factor * code: lanes i = f[i] * c[i] (c: 8 signed bytes).
+inline __m256 compact_scales(const float* f, const int8_t* c) {
+  const __m256i ci = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c)));
+  return _mm256_mul_ps(_mm256_loadu_ps(f), _mm256_cvtepi32_ps(ci));
+}
+
+// The panel functions also take CS (compact scales); a compact matrix has offsets xor two scales per group.
+#define DSPARK_DISPATCH_PANEL_L(fn, L, m, ...)                                            \
+  do {                                                                                    \
+    const bool off_ = (m).off != nullptr, two_ = (m).scales_per_group == 2;               \
+    if ((m).compact) { if (off_) fn<L, true, false, true>(__VA_ARGS__); else fn<L, false, true, true>(__VA_ARGS__); } \
+    else if (off_) { if (two_) fn<L, true, true, false>(__VA_ARGS__); else fn<L, true, false, false>(__VA_ARGS__); } \
+    else { if (two_) fn<L, false, true, false>(__VA_ARGS__); else fn<L, false, false, false>(__VA_ARGS__); }    \
+  } while (0)
+#define DSPARK_DISPATCH_PANEL(fn, m, ...)                                                 \
+  do {                                                                                    \
+    if ((m).layout == 4) DSPARK_DISPATCH_PANEL_L(fn, 4, m, __VA_ARGS__);                   \
+    else DSPARK_DISPATCH_PANEL_L(fn, 8, m, __VA_ARGS__);                                   \
+  } while (0)
+
 inline __m256i bcast_pair(const int16_t* xp) {
   int32_t v;
   std::memcpy(&v, xp, sizeof v);
@@ -438,12 +475,13 @@ inline __m256i dot_acc(__m256i acc, __m256i c, __m256i x) {
 
 // R rows of x against panel P; C independent integer accumulators per row (few rows: enough chains in
 // flight to hide the multiply's latency).
-template <int L, bool OFF, bool TWO, int R, int C>
+template <int L, bool OFF, bool TWO, bool CS, int R, int C>
 inline void panel_dots(const Mat& m, int64_t P, const int16_t* xq, const float* xsu, int64_t GU8, int64_t K,
                        const float* xs1, int64_t G8, float* out, int64_t N) {
   constexpr int U = TWO ? 2 : 1;
   constexpr int PP = 16 / U;  // pairs of inputs per unit
-  constexpr int64_t GB = L == 8 ? 256 : 128;  // bytes per panel and group
+  constexpr int64_t GC = L == 8 ? 256 : 128;  // code bytes per panel and group
+  constexpr int64_t GB = GC + (CS ? 16 : 0);  // compact: the group's 16 bytes of integer scales follow
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   const char* base = L == 8 ? reinterpret_cast<const char*>(m.q8) : reinterpret_cast<const char*>(m.nib);
@@ -452,12 +490,12 @@ inline void panel_dots(const Mat& m, int64_t P, const int16_t* xq, const float* 
   for (int64_t g = 0; g < m.G; ++g) {
     const int64_t pg = P * m.G + g;
     const char* cp = base + pg * GB;
-    _mm_prefetch(cp + DSPARK_PF, _MM_HINT_T0);
-    _mm_prefetch(cp + DSPARK_PF + 64, _MM_HINT_T0);
-    if (L == 8) {
-      _mm_prefetch(cp + DSPARK_PF + 128, _MM_HINT_T0);
-      _mm_prefetch(cp + DSPARK_PF + 192, _MM_HINT_T0);
-    }
+    // one prefetch per 64 bytes of a group (a compact group's 144 or 272 bytes need one more)
+#pragma GCC unroll 8
+    for (int64_t o = 0; o < GB; o += 64) _mm_prefetch(cp + DSPARK_PF + o, _MM_HINT_T0);
+    // compact: this super-block's factors for the panel's 8 rows, and the group's integer scales
+    const int8_t* ax = reinterpret_cast<const int8_t*>(cp + GC);
+    const int64_t sb = CS ? (P * m.S + g / 8) * 8 : 0;
     for (int u = 0; u < U; ++u) {
       __m256i s[R][C];
       for (int r = 0; r < R; ++r)
@@ -483,7 +521,7 @@ inline void panel_dots(const Mat& m, int64_t P, const int16_t* xq, const float* 
           }
         }
       }
-      const __m256 ws = _mm256_loadu_ps(m.scale + (pg * U + u) * 8);
+      const __m256 ws = CS ? compact_scales(m.scale + sb, ax + 8 * u) : _mm256_loadu_ps(m.scale + (pg * U + u) * 8);
       for (int r = 0; r < R; ++r) {
         __m256i t = s[r][0];
         for (int c = 1; c < C; ++c) t = _mm256_add_epi32(t, s[r][c]);
@@ -491,7 +529,11 @@ inline void panel_dots(const Mat& m, int64_t P, const int16_t* xq, const float* 
         acc[r] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(t), acc[r]);
       }
     }
-    if (OFF) {
+    if (OFF && CS) {
+      // dmin * m, the reference's product; its negation is the offset, so fnmadd adds the same term
+      const __m256 dm = compact_scales(m.off + sb, ax + 8);
+      for (int r = 0; r < R; ++r) acc[r] = _mm256_fnmadd_ps(dm, _mm256_broadcast_ss(xs1 + r * G8 + g), acc[r]);
+    } else if (OFF) {
       const __m256 offs = _mm256_loadu_ps(m.off + pg * 8);
       for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(offs, _mm256_broadcast_ss(xs1 + r * G8 + g), acc[r]);
     }
@@ -503,13 +545,13 @@ inline void panel_dots(const Mat& m, int64_t P, const int16_t* xq, const float* 
 template <int R>
 constexpr int chains() { return R <= 2 ? 4 : R <= 6 ? 2 : 1; }
 
-template <int L, bool OFF, bool TWO, int R>
+template <int L, bool OFF, bool TWO, bool CS, int R>
 inline void panel_pass(const Mat& m, int64_t P, const int16_t* xq, const float* xsu, int64_t GU8, int64_t K,
                        const float* xs1, int64_t G8, float* out, int64_t N) {
-  panel_dots<L, OFF, TWO, R, chains<R>()>(m, P, xq, xsu, GU8, K, xs1, G8, out, N);
+  panel_dots<L, OFF, TWO, CS, R, chains<R>()>(m, P, xq, xsu, GU8, K, xs1, G8, out, N);
 }
 
-template <int L, bool OFF, bool TWO>
+template <int L, bool OFF, bool TWO, bool CS>
 void panel_product_t(const Mat& m, const int16_t* xq, const float* xsu, int64_t GU8, int64_t M, int64_t K,
                      int64_t p0, int64_t p1, int64_t N, float* op, const float* xs1, int64_t G8) {
   for (int64_t P = p0; P < p1; ++P)
@@ -519,21 +561,21 @@ void panel_product_t(const Mat& m, const int16_t* xq, const float* xsu, int64_t 
       const float* xs = OFF ? xs1 + r * G8 : nullptr;
       float* orow = op + r * N;
       switch (std::min<int64_t>(8, M - r)) {
-        case 8: panel_pass<L, OFF, TWO, 8>(m, P, xr, sr, GU8, K, xs, G8, orow, N); break;
-        case 7: panel_pass<L, OFF, TWO, 7>(m, P, xr, sr, GU8, K, xs, G8, orow, N); break;
-        case 6: panel_pass<L, OFF, TWO, 6>(m, P, xr, sr, GU8, K, xs, G8, orow, N); break;
-        case 5: panel_pass<L, OFF, TWO, 5>(m, P, xr, sr, GU8, K, xs, G8, orow, N); break;
-        case 4: panel_pass<L, OFF, TWO, 4>(m, P, xr, sr, GU8, K, xs, G8, orow, N); break;
-        case 3: panel_pass<L, OFF, TWO, 3>(m, P, xr, sr, GU8, K, xs, G8, orow, N); break;
-        case 2: panel_pass<L, OFF, TWO, 2>(m, P, xr, sr, GU8, K, xs, G8, orow, N); break;
-        default: panel_pass<L, OFF, TWO, 1>(m, P, xr, sr, GU8, K, xs, G8, orow, N); break;
+        case 8: panel_pass<L, OFF, TWO, CS, 8>(m, P, xr, sr, GU8, K, xs, G8, orow, N); break;
+        case 7: panel_pass<L, OFF, TWO, CS, 7>(m, P, xr, sr, GU8, K, xs, G8, orow, N); break;
+        case 6: panel_pass<L, OFF, TWO, CS, 6>(m, P, xr, sr, GU8, K, xs, G8, orow, N); break;
+        case 5: panel_pass<L, OFF, TWO, CS, 5>(m, P, xr, sr, GU8, K, xs, G8, orow, N); break;
+        case 4: panel_pass<L, OFF, TWO, CS, 4>(m, P, xr, sr, GU8, K, xs, G8, orow, N); break;
+        case 3: panel_pass<L, OFF, TWO, CS, 3>(m, P, xr, sr, GU8, K, xs, G8, orow, N); break;
+        case 2: panel_pass<L, OFF, TWO, CS, 2>(m, P, xr, sr, GU8, K, xs, G8, orow, N); break;
+        default: panel_pass<L, OFF, TWO, CS, 1>(m, P, xr, sr, GU8, K, xs, G8, orow, N); break;
       }
     }
 }
 
 void panel_product(const Mat& m, const int16_t* xq, const float* xsu, int64_t GU8, int64_t M, int64_t K,
                    int64_t p0, int64_t p1, int64_t N, float* op, const float* xs1, int64_t G8) {
-  DSPARK_DISPATCH(panel_product_t, m, m, xq, xsu, GU8, M, K, p0, p1, N, op, xs1, G8);
+  DSPARK_DISPATCH_PANEL(panel_product_t, m, m, xq, xsu, GU8, M, K, p0, p1, N, op, xs1, G8);
 }
 
 // The 8 x 8 transpose of 16-bit values: r[j] = (a[0][j], ..., a[7][j]).
@@ -560,15 +602,18 @@ inline void transpose8x16(__m128i* a) {
 // The fp32 values of panel P's 8 rows (row i at w + i * ldw), exactly expand_group's values: the codes
 // are transposed back to row order, then scaled as in expand_group_v. With only >= 0, just that row of
 // the panel, written at w (a lookup of one table row).
-template <int L, bool OFF, bool TWO>
+template <int L, bool OFF, bool TWO, bool CS>
 void expand_panel_t(const Mat& m, int64_t P, float* w, int64_t ldw, int only) {
   constexpr int U = TWO ? 2 : 1;
+  constexpr int64_t GC = L == 8 ? 256 : 128;
+  constexpr int64_t GB = GC + (CS ? 16 : 0);
+  const char* base = L == 8 ? reinterpret_cast<const char*>(m.q8) : reinterpret_cast<const char*>(m.nib);
   const __m256i sh = _mm256_set1_epi16(static_cast<int16_t>(m.shift));
   for (int64_t g = 0; g < m.G; ++g) {
     const int64_t pg = P * m.G + g;
     __m128i lo[8], hi[8];  // per row: inputs 0-15 and 16-31 as bytes
     if (L == 8) {
-      const __m128i* cp = reinterpret_cast<const __m128i*>(m.q8 + pg * 256);
+      const __m128i* cp = reinterpret_cast<const __m128i*>(base + pg * GB);
       for (int p = 0; p < 8; ++p) {
         lo[p] = _mm_loadu_si128(cp + p);
         hi[p] = _mm_loadu_si128(cp + 8 + p);
@@ -577,7 +622,7 @@ void expand_panel_t(const Mat& m, int64_t P, float* w, int64_t ldw, int only) {
       transpose8x16(hi);
     } else {
       __m128i q[8];
-      const __m128i* cp = reinterpret_cast<const __m128i*>(m.nib + pg * 128);
+      const __m128i* cp = reinterpret_cast<const __m128i*>(base + pg * GB);
       for (int i = 0; i < 8; ++i) q[i] = _mm_loadu_si128(cp + i);
       transpose8x16(q);  // row i: per quad, byte 0 = (4q | 4q+2 << 4), byte 1 = (4q+1 | 4q+3 << 4)
       const __m128i m4 = _mm_set1_epi8(0x0F);
@@ -594,14 +639,19 @@ void expand_panel_t(const Mat& m, int64_t P, float* w, int64_t ldw, int only) {
         c0 = _mm256_sub_epi16(c0, sh);
         c1 = _mm256_sub_epi16(c1, sh);
       }
-      const __m256 s0 = _mm256_set1_ps(m.scale[(pg * U) * 8 + i]);
-      const __m256 s1 = _mm256_set1_ps(m.scale[(pg * U + U - 1) * 8 + i]);
+      const int8_t* ax = reinterpret_cast<const int8_t*>(base + pg * GB + GC);
+      const int64_t sb = CS ? (P * m.S + g / 8) * 8 + i : 0;
+      // compact: the reference's fp32 products d * sc (and dmin * m), one scalar multiply each
+      const __m256 s0 = _mm256_set1_ps(CS ? m.scale[sb] * static_cast<float>(ax[i])
+                                          : m.scale[(pg * U) * 8 + i]);
+      const __m256 s1 = _mm256_set1_ps(CS ? m.scale[sb] * static_cast<float>(ax[(U - 1) * 8 + i])
+                                          : m.scale[(pg * U + U - 1) * 8 + i]);
       __m256 w0 = _mm256_mul_ps(s0, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(c0))));
       __m256 w1 = _mm256_mul_ps(s0, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(c0, 1))));
       __m256 w2 = _mm256_mul_ps(s1, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(c1))));
       __m256 w3 = _mm256_mul_ps(s1, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(c1, 1))));
       if (OFF) {
-        const __m256 o = _mm256_set1_ps(m.off[pg * 8 + i]);
+        const __m256 o = _mm256_set1_ps(CS ? -(m.off[sb] * static_cast<float>(ax[8 + i])) : m.off[pg * 8 + i]);
         w0 = _mm256_add_ps(w0, o);
         w1 = _mm256_add_ps(w1, o);
         w2 = _mm256_add_ps(w2, o);
@@ -617,7 +667,7 @@ void expand_panel_t(const Mat& m, int64_t P, float* w, int64_t ldw, int only) {
 }
 
 inline void expand_panel(const Mat& m, int64_t P, float* w, int64_t ldw, int only = -1) {
-  DSPARK_DISPATCH(expand_panel_t, m, m, P, w, ldw, only);
+  DSPARK_DISPATCH_PANEL(expand_panel_t, m, m, P, w, ldw, only);
 }
 inline void expand_row(const Mat& m, int64_t row, float* w) { DSPARK_DISPATCH(expand_row_t, m, m, row, w); }
 #else
@@ -659,23 +709,30 @@ Mat make_mat(int64_t kind, const at::Tensor& codes, const at::Tensor& scale, con
   Mat m{};
   m.G = K / 32;
   const int64_t N = scale.size(0);
-  m.scales_per_group = scale.size(1) / m.G;
-  TORCH_CHECK(scale.size(1) == m.G * m.scales_per_group && (m.scales_per_group == 1 || m.scales_per_group == 2),
+  // Compact panels ("Super-block scales"): one fp32 factor per 256 weights of a row instead of per group.
+  m.compact = panel && m.G % 8 == 0 && scale.size(1) * 8 == m.G;
+  m.S = m.compact ? m.G / 8 : 0;
+  const int64_t per_row = m.compact ? m.S : m.G;  // offsets (or dmin factors) per row
+  // compact: offsets (Q4_K, Q5_K) go with one scale per group, no offsets (Q6_K) with two
+  m.scales_per_group = m.compact ? (off.numel() ? 1 : 2) : scale.size(1) / m.G;
+  TORCH_CHECK(m.compact || (scale.size(1) == m.G * m.scales_per_group &&
+                            (m.scales_per_group == 1 || m.scales_per_group == 2)),
               "bad scale shape");
   m.scale = scale.data_ptr<float>();
   m.off = off.numel() ? off.data_ptr<float>() : nullptr;
-  TORCH_CHECK(off.numel() == 0 || (off.numel() == N * m.G && off.scalar_type() == at::kFloat), "bad offsets");
+  TORCH_CHECK(off.numel() == 0 || (off.numel() == N * per_row && off.scalar_type() == at::kFloat), "bad offsets");
   TORCH_CHECK(off.numel() == 0 || m.scales_per_group == 1, "offsets need one scale per group");
   m.shift = static_cast<int32_t>(shift);
   m.layout = static_cast<int>(kind);
   m.panel = panel;
   TORCH_CHECK(!panel || N % 8 == 0, "the panel layout needs a multiple of 8 rows, got ", N);
+  const int64_t aux = m.compact ? N * m.G * 2 : 0;  // 16 bytes per panel and group: 2 per row and group
   if (kind == 4) {
-    TORCH_CHECK(codes.numel() == N * K / 2 && codes.scalar_type() == at::kByte, "bad 4-bit codes");
+    TORCH_CHECK(codes.numel() == N * K / 2 + aux && codes.scalar_type() == at::kByte, "bad 4-bit codes");
     m.nib = codes.data_ptr<uint8_t>();
     m.q8 = nullptr;
   } else {
-    TORCH_CHECK(codes.numel() == N * K && codes.scalar_type() == at::kChar, "bad 8-bit codes");
+    TORCH_CHECK(codes.numel() == N * K + aux && codes.scalar_type() == at::kChar, "bad 8-bit codes");
     m.q8 = codes.data_ptr<int8_t>();
     m.nib = nullptr;
   }
