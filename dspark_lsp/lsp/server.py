@@ -1,6 +1,7 @@
 """The DSpark language server: pygls wiring, transport, and robustness against bad input.
 
-Handlers live in `dspark_lsp.lsp.handlers` (one module per concern); this module owns the server object,
+The session's state is in session.py; which method goes to which handler is the table in router.py
+(the handlers, functions of (session, params), in handlers/*.py). This module owns the server object,
 its protocol subclass (which answers malformed messages instead of dropping them), and `run_server`,
 the entry point `dspark-lsp --stdio | --tcp HOST:PORT` maps onto.
 """
@@ -17,8 +18,9 @@ import signal
 import sys
 import threading
 import uuid
+from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lsprotocol import types
 from pygls.exceptions import (
@@ -32,24 +34,15 @@ from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
 
-from dspark_lsp.contract import as_result
 from dspark_lsp.errors import UserError
+from dspark_lsp.lsp import router
 from dspark_lsp.lsp.backend import Backend, ServiceFactory, default_backend
-from dspark_lsp.lsp.channel import SESSION_CHANNEL, Channel
-from dspark_lsp.lsp.documents import DocumentStore
+from dspark_lsp.lsp.channel import SESSION_CHANNEL
 from dspark_lsp.lsp.executor import SerialExecutor
 from dspark_lsp.lsp.framing import Frame, FrameReader
-from dspark_lsp.lsp.loader import READY, ModelManager
 from dspark_lsp.lsp.logs import configure_logging
-from dspark_lsp.lsp.positions import Encoding
-from dspark_lsp.lsp.project import ProjectContext
-from dspark_lsp.lsp.settings import LspSettings
+from dspark_lsp.lsp.session import Session
 from dspark_lsp.lsp.stdin import DaemonStdinReader
-from dspark_lsp.lsp.warm import Warmer
-from dspark_lsp.lsp.worker import CompletionWorker, Outcome
-
-if TYPE_CHECKING:
-    from dspark_lsp.service import ServiceConfig
 
 log = logging.getLogger(__name__)
 
@@ -273,9 +266,9 @@ class DSparkProtocol(LanguageServerProtocol):
         """pygls' exit calls sys.exit; a TCP session ends only its own connection (see on_exit)."""
         self.exited = True
         # Nothing goes to the client from here on (the exit handler's own log line included).
-        channel = getattr(self._server, "channel", None)
-        if isinstance(channel, Channel):
-            channel.closed = True
+        session = getattr(self._server, "session", None)
+        if isinstance(session, Session):
+            session.channel.closed = True
         if self.on_exit is None:
             yield from super().lsp_exit(*args)
             return
@@ -378,69 +371,23 @@ def _envelope_problem(data: Any) -> str | None:
 
 
 class DSparkServer(LanguageServer):
-    """Server state lives here; handlers (handlers/*.py) read and update it on the event loop."""
+    """The pygls side of one session: its protocol and transport. The state the handlers read and
+    change is `self.session` (session.py); `build` gives a server with every route registered."""
 
-    def __init__(self, backend_factory: Any) -> None:
+    def __init__(self, backend_factory: Callable[[], Backend]) -> None:
         super().__init__(
             SERVER_NAME,
             SERVER_VERSION,
             text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
             protocol_cls=DSparkProtocol,
         )
-        self._backend_factory = backend_factory
-        self.backend: Backend | None = None
-        self._backend_lock = threading.Lock()
-        self.docs = DocumentStore()
-        self.project = ProjectContext()  # other files for the prompt (lsp/project.py)
-        self.warmer = Warmer(self)  # prefill ahead of requests (lsp/warm.py)
-        self.channel = Channel(self)
-        self.executor = SerialExecutor()
-        self.models: ModelManager | None = None
-        self.worker: CompletionWorker | None = None
-        # Completion requests answered empty before the worker existed (before `initialized`): the
-        # worker's counters cannot see them, dspark/stats adds them to its "not_ready" count.
-        self.not_ready_early = 0
-        # The last decoded completion's figures, repeated in dspark/status until the next one.
-        self.last_speedup: float | None = None
-        self.last_accepted_per_forward: float | None = None
-        self.encoding: Encoding = "utf-16"
-        self.init_options: dict[str, Any] = {}
-        self.latest_section: dict[str, Any] | None = None
-        self.lsp_settings = LspSettings()
-        self.config: ServiceConfig | None = None
-        self.exit_code = 1  # exit without shutdown is an error per the LSP spec
+        self.session = Session(self, backend_factory)
 
-    def ensure_backend(self) -> Backend:
-        """Resolve the service backend lazily: importing the real one costs torch's import time."""
-        with self._backend_lock:  # the import may run on the worker while a config change arrives
-            if self.backend is None:
-                backend = self._backend_factory()
-                self.models = ModelManager(backend, self.executor, self.channel)
-                self.worker = CompletionWorker(self.models, self.executor)
-                self.worker.on_done = self._report_completion
-                self.backend = backend
-            return self.backend
-
-    def _report_completion(self, outcome: Outcome) -> None:
-        """Refresh dspark/status with the last completion's figures (status bars show them)."""
-        models = self.models
-        if outcome.status != "ok" or models is None or models.state != READY:
-            return
-        result = as_result(outcome.result)
-        if not result.from_cache:
-            # The service's figure: tokens per target forward, i.e. how many times fewer target
-            # forwards than the target alone (CompletionStats.from_decode); absent when nothing was
-            # decoded. An answer from the typed-through cache ran no model: the bar keeps the last
-            # decoded completion's figures.
-            self.last_speedup = result.stats.speedup
-            self.last_accepted_per_forward = result.stats.accepted_per_forward
-        self.channel.status(
-            READY,
-            models.message,
-            lastLatencyMs=round(outcome.latency_ms, 1),
-            speedup=self.last_speedup,
-            acceptedPerForward=self.last_accepted_per_forward,
-        )
+    @classmethod
+    def build(cls, backend_factory: Callable[[], Backend]) -> DSparkServer:
+        server = cls(backend_factory)
+        router.register(server, server.session)
+        return server
 
     def report_server_error(self, error: Exception, source: Any) -> None:
         """pygls' default pops a window for every internal error; we log, and answer a parse error."""
@@ -504,40 +451,39 @@ class DSparkServer(LanguageServer):
         try:
             asyncio.run(listener.run())
         finally:
-            self.exit_code = listener.exit_code
+            self.session.exit_code = listener.exit_code
 
     def new_session(self) -> DSparkServer:
-        """A fresh server for one TCP connection: its own protocol, documents, settings and models."""
-        from dspark_lsp.lsp import handlers
-
-        session = DSparkServer(self._backend_factory)
-        handlers.register_all(session)
-        return session
+        """A fresh server for one TCP connection: its own protocol and session (documents, settings,
+        models), on the same backend factory."""
+        return DSparkServer.build(self.session.backend_factory)
 
     def close_session(self) -> None:
         """Release one TCP session without touching the process (never blocks: the loop serves others)."""
-        self.channel.closed = True
-        self.warmer.drop_all()
-        self.project.close()
-        if self.worker is not None:
-            self.worker.cancel_all()
-        if self.models is not None:
-            self.models.shutdown()
-        self.executor.shutdown(wait=False)
+        session = self.session
+        session.channel.closed = True
+        session.warmer.drop_all()
+        session.project.close()
+        if session.worker is not None:
+            session.worker.cancel_all()
+        if session.models is not None:
+            session.models.shutdown()
+        session.executor.shutdown(wait=False)
 
     def shutdown(self) -> None:
         """Stop the transport and release the models (does not wait for a running model load)."""
-        self.channel.closed = True
-        self.warmer.drop_all()
-        self.project.close()
-        if self.worker is not None:
-            self.worker.cancel_all()
-        if self.models is not None:
-            self.models.shutdown()
-        self.executor.shutdown(wait=False)
+        session = self.session
+        session.channel.closed = True
+        session.warmer.drop_all()
+        session.project.close()
+        if session.worker is not None:
+            session.worker.cancel_all()
+        if session.models is not None:
+            session.models.shutdown()
+        session.executor.shutdown(wait=False)
         # Give a running decode a moment to see its cancel flag and the service to close cleanly
         # (run_server's _finish ends the process if it is still inside a model call after this).
-        self.executor.join(timeout=EXIT_GRACE_S)
+        session.executor.join(timeout=EXIT_GRACE_S)
         if self._stop_event is not None:
             self._stop_event.set()
         if self._server is not None:
@@ -595,13 +541,13 @@ class _TcpListener:
 
         def on_exit(code: int) -> None:
             exited.append(code)
-            session.channel.closed = True
+            session.session.channel.closed = True
             writer.close()  # the read loop then sees the end of the stream
 
         protocol.on_exit = on_exit
         # Log records from this connection's handlers and worker go to this editor only (channel.py).
-        SESSION_CHANNEL.set(session.channel)
-        session.executor.submit(SESSION_CHANNEL.set, session.channel)
+        SESSION_CHANNEL.set(session.session.channel)
+        session.session.executor.submit(SESSION_CHANNEL.set, session.session.channel)
         peer = writer.get_extra_info("peername")
         self.sessions.add(session)
         log.info("editor connected from %s (%d connected)", peer, len(self.sessions))
@@ -646,8 +592,6 @@ def create_server(
 ) -> DSparkServer:
     """Build the server. `service_factory(config, progress)` replaces CompletionService.load;
     `backend` replaces the whole service module (config parsing and requests too) — both for tests."""
-    from dspark_lsp.lsp import handlers
-
     if backend is not None:
         chosen = backend
 
@@ -659,9 +603,7 @@ def create_server(
         def factory() -> Backend:
             return default_backend(service_factory)
 
-    server = DSparkServer(factory)
-    handlers.register_all(server)
-    return server
+    return DSparkServer.build(factory)
 
 
 def run_server(
@@ -676,7 +618,7 @@ def run_server(
     if stdio == (tcp is not None):
         raise UserError("choose exactly one transport: --stdio or --tcp HOST:PORT")
     server = server or create_server()
-    configure_logging(server.channel, log_level, log_file)
+    configure_logging(server.session.channel, log_level, log_file)
     _stack_dumps_on_signal()
     if stdio:
         # Anything a library prints must not corrupt the protocol stream: the protocol gets a private
@@ -700,7 +642,7 @@ def run_server(
         finally:
             server.shutdown()
     _flush_logs()
-    return _finish(server.exit_code)
+    return _finish(server.session.exit_code)
 
 
 def _stack_dumps_on_signal() -> None:
