@@ -1,7 +1,7 @@
 """The language server — the only package that imports pygls / lsprotocol.
 
 server.py      the pygls server object, the stdio transport, run_server
-session.py     one editor's session: the state handlers read and change
+session.py     one editor's session: the state handlers read and change; Session.close ends it
 router.py      the table: which LSP method goes to which handler, and how it runs (sync / async)
 handlers/      functions of (session, params), one module per concern: lifecycle, documents, workspace,
                configuration, completion, feedback, stats

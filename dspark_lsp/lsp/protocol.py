@@ -20,7 +20,6 @@ from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
 
-from dspark_lsp.lsp.channel import Channel
 from dspark_lsp.lsp.envelope import envelope_problem, id_of, valid_id
 from dspark_lsp.lsp.framing import Frame
 
@@ -53,11 +52,9 @@ class DSparkProtocol(LanguageServerProtocol):
         super().__init__(server, converter)
         for method in _OWN_SYNC_METHODS:
             self.fm.builtin_features.pop(method, None)
-        # Set for a TCP session: `exit` ends this connection (called with the exit code) instead of
-        # the process, which other editors may still be connected to.
-        self.on_exit: Any = None
-        # Set by `exit`: the writer closes right after, and the answers of requests the exit cancelled
-        # (pygls answers each cancelled task) must not be written to it (a traceback per request).
+        # Set by `exit`: the read loop stops (server.serve_frames), the writer closes right after, and
+        # the answers of requests the exit cancelled (pygls answers each cancelled task) must not be
+        # written to it (a traceback per request).
         self.exited = False
         # The first `initialize` was handled; LSP allows one per session. pygls ran a second one too,
         # and its position encoding replaced the agreed one mid-session (found by the fuzz test).
@@ -241,15 +238,13 @@ class DSparkProtocol(LanguageServerProtocol):
 
     @lsp_method(types.EXIT)
     def lsp_exit(self, *args: Any) -> Any:
-        """pygls' exit calls sys.exit; a TCP session ends only its own connection (see on_exit)."""
-        self.exited = True
-        # Nothing goes to the client from here on (the exit handler's own log line included).
-        channel = getattr(getattr(self._server, "session", None), "channel", None)
-        if isinstance(channel, Channel):
-            channel.closed = True
-        if self.on_exit is None:
-            yield from super().lsp_exit(*args)
-            return
+        """`exit`, for stdio and for a TCP session alike: run our exit handler, stop reading (the read
+        loop checks `exited`) and close the writer. The session then ends in Session.close once the
+        read loop returns, the same way as when the stream ends without `exit`. (pygls' own exit calls
+        sys.exit from inside the handler: a TCP session must end only its own connection, not the
+        process other editors may still be connected to.)"""
+        self.exited = True  # nothing goes to the client from here on
         if (user_handler := self.fm.features.get(types.EXIT)) is not None:
             yield user_handler, args, None
-        self.on_exit(0 if self._shutdown else 1)
+        if self.writer is not None:
+            self.writer.close()

@@ -108,10 +108,11 @@ class DSparkServer(LanguageServer):
         await self.serve_frames(reader.read)
 
     async def serve_frames(self, read: Any) -> None:
-        """Read frames until the stream ends or the server stops (our framing.py, not pygls' reader)."""
+        """Read frames until `exit`, the end of the stream, or the server stops (our framing.py, not
+        pygls' reader)."""
         frames = FrameReader(read)
         protocol = self.dspark_protocol
-        while self._stop_event is None or not self._stop_event.is_set():
+        while not protocol.exited and (self._stop_event is None or not self._stop_event.is_set()):
             frame = await frames.next()
             if frame is None:
                 break
@@ -137,32 +138,10 @@ class DSparkServer(LanguageServer):
         models), on the same backend factory."""
         return DSparkServer.build(self.session.backend_factory)
 
-    def close_session(self) -> None:
-        """Release one TCP session without touching the process (never blocks: the loop serves others)."""
-        session = self.session
-        session.channel.closed = True
-        session.warmer.drop_all()
-        session.project.close()
-        if session.worker is not None:
-            session.worker.cancel_all()
-        if session.models is not None:
-            session.models.shutdown()
-        session.executor.shutdown(wait=False)
-
     def shutdown(self) -> None:
-        """Stop the transport and release the models (does not wait for a running model load)."""
-        session = self.session
-        session.channel.closed = True
-        session.warmer.drop_all()
-        session.project.close()
-        if session.worker is not None:
-            session.worker.cancel_all()
-        if session.models is not None:
-            session.models.shutdown()
-        session.executor.shutdown(wait=False)
-        # Give a running decode a moment to see its cancel flag and the service to close cleanly
-        # (run_server's _finish ends the process if it is still inside a model call after this).
-        session.executor.join(timeout=EXIT_GRACE_S)
+        """The process's end: the session ends (Session.close, waiting EXIT_GRACE_S for a running
+        decode) and the transport stops."""
+        self.session.close(EXIT_GRACE_S)
         if self._stop_event is not None:
             self._stop_event.set()
         if self._server is not None:

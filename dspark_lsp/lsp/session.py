@@ -2,7 +2,8 @@
 
 The stdio server has one session; under --tcp every connection gets its own (tcp.py), so documents,
 settings, models and counters never cross between editors. Handlers (handlers/*.py) are functions of
-(session, params); router.py binds them to a session.
+(session, params); router.py binds them to a session. `Session.close` is the one way a session ends,
+whether the client said `exit` or the transport closed.
 """
 
 from __future__ import annotations
@@ -98,3 +99,21 @@ class Session:
             speedup=self.last_speedup,
             acceptedPerForward=self.last_accepted_per_forward,
         )
+
+    def close(self, grace_s: float = 0.0) -> None:
+        """End the session, however it ended (`exit`, the stream closing, the listener stopping): nothing
+        more goes to the client, pending warm-ups and requests are dropped, the models released (a
+        running model load is not waited for). `grace_s` > 0 then gives a running decode that long to
+        see its cancel flag and the service to close cleanly; the stdio server waits (run_server's
+        _finish ends the process if it is still inside a model call after this), a TCP session passes
+        0 (the loop serves the other editors)."""
+        self.channel.closed = True
+        self.warmer.drop_all()
+        self.project.close()
+        if self.worker is not None:
+            self.worker.cancel_all()
+        if self.models is not None:
+            self.models.shutdown()
+        self.executor.shutdown(wait=False)
+        if grace_s > 0:
+            self.executor.join(timeout=grace_s)

@@ -55,7 +55,7 @@ class TcpListener:
         finally:
             server.close()
             for connection in list(self.connections):
-                connection.close_session()
+                connection.session.close()
                 writer = getattr(connection.protocol, "writer", None)
                 if writer is not None:
                     writer.close()
@@ -68,34 +68,28 @@ class TcpListener:
         # Log records from this connection's handlers and worker go to this editor only (channel.py).
         SESSION_CHANNEL.set(session.channel)
         session.executor.submit(SESSION_CHANNEL.set, session.channel)
-        exited: list[int] = []
-
-        def on_exit(code: int) -> None:
-            exited.append(code)
-            session.channel.closed = True
-            writer.close()  # the read loop then sees the end of the stream
-
-        protocol.on_exit = on_exit
         peer = writer.get_extra_info("peername")
         self.connections.add(connection)
         log.info("editor connected from %s (%d connected)", peer, len(self.connections))
         try:
+            # Returns at `exit` (protocol.py stops the read loop and closes the writer) or at the end
+            # of the stream; either way the session ends below, in Session.close.
             await connection.serve_frames(reader.read)
         except (ConnectionError, OSError) as exc:
             log.info("connection from %s lost: %s", peer, exc)
         finally:
             self.connections.discard(connection)
-            connection.close_session()
+            session.close()
             if not writer.is_closing():
                 writer.close()
             log.info(
                 "editor from %s gone (%s; %d connected)",
                 peer,
-                "exit" if exited else "disconnected",
+                "exit" if protocol.exited else "disconnected",
                 len(self.connections),
             )
-            if exited and not self.connections and self._done is not None:
-                self.exit_code = exited[0]
+            if protocol.exited and not self.connections and self._done is not None:
+                self.exit_code = session.exit_code
                 self._done.set()
 
 

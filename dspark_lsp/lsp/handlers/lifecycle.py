@@ -58,5 +58,7 @@ def shutdown(session: Session, params: Any) -> None:
 
 
 def exit_(session: Session, params: Any) -> None:
+    """Called by the protocol's `exit` (protocol.py), which then stops reading; the session itself ends
+    in Session.close when the read loop returns, as it does when the stream ends without `exit`."""
+    session.channel.closed = True  # nothing goes to the client from here on, this line included
     log.info("exit (code %d)", session.exit_code)
-    session.channel.closed = True
