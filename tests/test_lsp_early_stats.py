@@ -14,7 +14,7 @@ def test_request_before_initialized_is_counted() -> None:
     def no_backend() -> object:
         raise AssertionError("the backend must not be imported for an early request")
 
-    server = DSparkServer(backend_factory=no_backend)
+    server = DSparkServer(backend_factory=no_backend).session
     assert server.worker is None
     assert "not_ready" not in collect(server).get("counters", {})
     cursor = Cursor("file:///x.py", "x = ", 4, 0, 4, "\n", "python")

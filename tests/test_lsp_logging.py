@@ -186,7 +186,7 @@ def test_logging_after_exit_sends_nothing_and_does_not_recurse(attach: Any) -> N
             send(params)
 
     server.window_log_message = capped_send  # type: ignore[method-assign]
-    handler = attach(server.channel)
+    handler = attach(server.session.channel)
     log = logging.getLogger("dspark_lsp.test.after_exit")
 
     def body() -> None:
@@ -194,7 +194,7 @@ def test_logging_after_exit_sends_nothing_and_does_not_recurse(attach: Any) -> N
         server.dspark_protocol.exited = True  # what `exit` sets, without closing the channel
         log.info("after exit")
 
-    on_loop(server.channel, body)
+    on_loop(server.session.channel, body)
     assert [b"before exit" in chunk for chunk in writer.chunks] == [True]
     assert len(sends) == 2  # one try for each record, none for what the dropped send logged
     assert handler.errors == []

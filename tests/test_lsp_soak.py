@@ -299,7 +299,6 @@ def test_did_close_drops_the_documents_service_state_on_the_worker_thread() -> N
     from dspark_lsp.lsp.documents import DocumentStore
     from dspark_lsp.lsp.handlers import documents
 
-    handlers: dict[str, Any] = {}
     forgotten: list[tuple[str, str]] = []
     cancelled: list[str] = []
     closed: list[str] = []
@@ -316,12 +315,11 @@ def test_did_close_drops_the_documents_service_state_on_the_worker_thread() -> N
         models=SimpleNamespace(service=service),
         executor=executor,
         encoding="utf-16",
-        feature=lambda name, *a: (lambda fn: handlers.setdefault(name, fn)),
     )
-    documents.register(server)  # type: ignore[arg-type]
     uri = "file:///a.py"
     server.docs.open(uri, "x = 1\n", 1, "python")
-    handlers[types.TEXT_DOCUMENT_DID_CLOSE](
+    documents.did_close(
+        server,  # type: ignore[arg-type]
         types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri))
     )
     executor.shutdown(wait=True)

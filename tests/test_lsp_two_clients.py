@@ -1,6 +1,6 @@
 """Two editors on one `--tcp` server (issue 19): answers never cross, documents stay per editor.
 
-What the server defines (server.py, `_TcpListener`): every connection is its own session — its own
+What the server defines (dspark_lsp/lsp/tcp.py, `TcpListener`): every connection is its own session — its own
 initialize, settings, document mirror and models — so a file open in both editors has one mirror per
 editor, each equal to that editor's buffer. `exit` from one editor ends only its connection; the process
 ends when the last connected editor exits. `--tcp` listens on 127.0.0.1 unless a host is named, and says

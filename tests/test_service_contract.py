@@ -227,7 +227,7 @@ def test_the_dspark_stats_reply_validates_against_the_contract(service: Any) -> 
     from dspark_lsp.lsp.server import create_server
     from dspark_lsp.lsp.worker import CompletionWorker
 
-    server = create_server()
+    server = create_server().session
     models = SimpleNamespace(state=READY, message="models ready", service=service)
     executor = SerialExecutor("contract-test")
     try:

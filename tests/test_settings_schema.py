@@ -246,7 +246,7 @@ def test_server_reports_out_of_range_settings_in_the_schemas_words() -> None:
         return SimpleNamespace(), []
 
     backend = Backend(config_from_settings=config_from_settings, make_request=dict, load=lambda c, p: None)  # type: ignore[arg-type,return-value]
-    server = create_server(backend=backend)
+    server = create_server(backend=backend).session
     shown: list[str] = []
     server.channel.show_message = lambda message, kind: shown.append(message)  # type: ignore[method-assign]
     server.ensure_backend()

@@ -16,7 +16,8 @@ import pytest
 
 from dspark_lsp.lsp.channel import STATUS_METHOD
 from dspark_lsp.lsp.loader import READY
-from dspark_lsp.lsp.server import DSparkServer, create_server
+from dspark_lsp.lsp.server import create_server
+from dspark_lsp.lsp.session import Session
 from dspark_lsp.lsp.worker import Outcome
 from dspark_lsp.service import CompletionRequest, CompletionService, ServiceConfig
 
@@ -45,9 +46,9 @@ def req(text: str = DOC, doc: str = "file:///a.py") -> CompletionRequest:
     return CompletionRequest(text=text, offset=len(text), path="a.py", doc_key=doc)
 
 
-def ready_server() -> tuple[DSparkServer, list[dict[str, Any]]]:
+def ready_server() -> tuple[Session, list[dict[str, Any]]]:
     """A server whose models are ready, with its dspark/status notifications recorded."""
-    server = create_server()
+    server = create_server().session
     server.models = SimpleNamespace(state=READY, message="models ready")  # type: ignore[assignment]
     sent: list[dict[str, Any]] = []
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from dspark_lsp.lsp.server import DSparkServer
+    from dspark_lsp.lsp.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ CURSOR_METHOD = "dspark/cursor"
 
 @dataclass
 class Warmer:
-    server: DSparkServer
+    server: Session  # the session whose documents and worker it uses
     _pending: dict[str, asyncio.TimerHandle] = field(default_factory=dict)
 
     def enabled(self) -> bool:

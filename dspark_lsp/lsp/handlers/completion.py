@@ -23,7 +23,7 @@ from dspark_lsp.lsp.worker import Outcome
 
 if TYPE_CHECKING:
     from dspark_lsp.lsp.backend import Backend
-    from dspark_lsp.lsp.server import DSparkServer
+    from dspark_lsp.lsp.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -49,19 +49,19 @@ class Cursor:
     language_id: str | None
 
 
-def resolve_cursor(server: DSparkServer, uri: str, position: types.Position) -> Cursor | None:
+def resolve_cursor(session: Session, uri: str, position: types.Position) -> Cursor | None:
     """The cursor on a snapshot of the document, or None (logged) when the request cannot be served."""
-    doc = server.docs.get(uri)
+    doc = session.docs.get(uri)
     if doc is None:
         log.warning("completion requested for a document that is not open: %s", uri)
         return None
     try:
-        full_offset = doc.offset_at(position.line, position.character, server.encoding, strict=True)
+        full_offset = doc.offset_at(position.line, position.character, session.encoding, strict=True)
     except PositionError as exc:
         log.warning("completion position outside %s: %s", uri, exc)
         return None
     # A character past the line end was clamped: answer at the real spot, not the one sent.
-    line, character = offset_to_position(doc.text, full_offset, encoding=server.encoding, starts=doc.starts)
+    line, character = offset_to_position(doc.text, full_offset, encoding=session.encoding, starts=doc.starts)
     text, offset = windowed(doc.text, full_offset)
     return Cursor(
         uri, text, offset, line, character, dominant_line_ending(doc.text[:200_000]), doc.language_id
@@ -78,12 +78,12 @@ def windowed(text: str, offset: int) -> tuple[str, int]:
 
 
 def request_at(
-    server: DSparkServer, backend: Backend, uri: str, text: str, offset: int, language_id: str | None
+    session: Session, backend: Backend, uri: str, text: str, offset: int, language_id: str | None
 ) -> CompletionRequest:
     """The service request for a completion at ``offset`` of the (windowed) ``text`` of ``uri``, with the
     project's context for it. Completions and background warm-ups build it the same way, so a warm-up
     prefills exactly the prompt the request will use."""
-    project = server.project.for_request(uri, text, offset, language_id, server.config)
+    project = session.project.for_request(uri, text, offset, language_id, session.config)
     return backend.make_request(
         text=text,
         offset=offset,
@@ -96,21 +96,21 @@ def request_at(
     )
 
 
-async def complete_at(server: DSparkServer, cursor: Cursor, *, explicit: bool) -> Outcome:
-    worker = server.worker
-    backend = server.backend
+async def complete_at(session: Session, cursor: Cursor, *, explicit: bool) -> Outcome:
+    worker = session.worker
+    backend = session.backend
     if worker is None or backend is None:
-        server.not_ready_early += 1
+        session.not_ready_early += 1
         return Outcome("not_ready", detail="not initialized")
 
     def make_request() -> CompletionRequest:
         # After the debounce: the context is gathered only for requests that will run.
-        return request_at(server, backend, cursor.uri, cursor.text, cursor.offset, cursor.language_id)
+        return request_at(session, backend, cursor.uri, cursor.text, cursor.offset, cursor.language_id)
 
-    server.warmer.drop(cursor.uri)  # this request pays for its own prompt
+    session.warmer.drop(cursor.uri)  # this request pays for its own prompt
 
     # An explicit invocation (a keybinding) skips the debounce: the user asked and is waiting.
-    debounce = 0 if explicit else server.lsp_settings.debounce_ms
+    debounce = 0 if explicit else session.lsp_settings.debounce_ms
     outcome = await worker.run(cursor.uri, make_request, debounce)
     if outcome.text:
         outcome.text = _match_line_endings(outcome.text, cursor.eol)
@@ -135,44 +135,39 @@ def _range_at(cursor: Cursor, start_character: int | None = None) -> types.Range
     return types.Range(start=start, end=types.Position(cursor.line, cursor.character))
 
 
-def register(server: DSparkServer) -> None:
-    @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
-    async def inline_completion(params: types.InlineCompletionParams) -> types.InlineCompletionList:
-        empty = types.InlineCompletionList(items=[])
-        if not server.lsp_settings.enable:
-            return empty
-        cursor = resolve_cursor(server, params.text_document.uri, params.position)
-        if cursor is None:
-            return empty
-        explicit = (
-            params.context is not None
-            and params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
-        )
-        outcome = await complete_at(server, cursor, explicit=explicit)
-        if not outcome.text:
-            return empty
-        item = types.InlineCompletionItem(insert_text=outcome.text, range=_range_at(cursor))
-        return types.InlineCompletionList(items=[item])
-
-    @server.feature(
-        types.TEXT_DOCUMENT_COMPLETION,
-        types.CompletionOptions(trigger_characters=TRIGGER_CHARACTERS, resolve_provider=False),
+async def inline_completion(session: Session, params: types.InlineCompletionParams) -> types.InlineCompletionList:
+    empty = types.InlineCompletionList(items=[])
+    if not session.lsp_settings.enable:
+        return empty
+    cursor = resolve_cursor(session, params.text_document.uri, params.position)
+    if cursor is None:
+        return empty
+    explicit = (
+        params.context is not None
+        and params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
     )
-    async def completion(params: types.CompletionParams) -> types.CompletionList:
-        # is_incomplete: the client must ask again as the user types (our answer depends on every char).
-        empty = types.CompletionList(is_incomplete=True, items=[])
-        if not server.lsp_settings.enable:
-            return empty
-        cursor = resolve_cursor(server, params.text_document.uri, params.position)
-        if cursor is None:
-            return empty
-        explicit = (
-            params.context is not None and params.context.trigger_kind == types.CompletionTriggerKind.Invoked
-        )
-        outcome = await complete_at(server, cursor, explicit=explicit)
-        if not outcome.text:
-            return empty
-        return types.CompletionList(is_incomplete=True, items=[_completion_item(cursor, outcome.text)])
+    outcome = await complete_at(session, cursor, explicit=explicit)
+    if not outcome.text:
+        return empty
+    item = types.InlineCompletionItem(insert_text=outcome.text, range=_range_at(cursor))
+    return types.InlineCompletionList(items=[item])
+
+
+async def completion(session: Session, params: types.CompletionParams) -> types.CompletionList:
+    # is_incomplete: the client must ask again as the user types (our answer depends on every char).
+    empty = types.CompletionList(is_incomplete=True, items=[])
+    if not session.lsp_settings.enable:
+        return empty
+    cursor = resolve_cursor(session, params.text_document.uri, params.position)
+    if cursor is None:
+        return empty
+    explicit = (
+        params.context is not None and params.context.trigger_kind == types.CompletionTriggerKind.Invoked
+    )
+    outcome = await complete_at(session, cursor, explicit=explicit)
+    if not outcome.text:
+        return empty
+    return types.CompletionList(is_incomplete=True, items=[_completion_item(cursor, outcome.text)])
 
 
 def _completion_item(cursor: Cursor, completion: str) -> types.CompletionItem:

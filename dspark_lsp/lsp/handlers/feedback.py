@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import logging
 import threading
-import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from dspark_lsp.lsp.server import DSparkServer
+    from dspark_lsp.lsp.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -98,40 +97,25 @@ class Feedback:
             }
 
 
-# One Feedback per server (per TCP session too); weak, so a closed session's counters go with it.
-_FEEDBACK: weakref.WeakKeyDictionary[Any, Feedback] = weakref.WeakKeyDictionary()
+def did_show(session: Session, params: Any) -> None:
+    text = _item_text(params)
+    if text is None:
+        log.debug("%s without an item's insertText; ignored", DID_SHOW)
+        return
+    session.feedback.show(str(_field(params, "uri") or ""), text)
 
 
-def feedback_of(server: DSparkServer) -> Feedback:
-    fb = _FEEDBACK.get(server)
-    if fb is None:
-        fb = _FEEDBACK[server] = Feedback()
-    return fb
+def did_accept(session: Session, params: Any) -> None:
+    text = _item_text(params)
+    if text is None:
+        log.debug("%s without an item's insertText; ignored", DID_ACCEPT)
+        return
+    session.feedback.accept(str(_field(params, "uri") or ""), text)
 
 
-def register(server: DSparkServer) -> None:
-    fb = feedback_of(server)
-
-    @server.feature(DID_SHOW)
-    def did_show(params: Any) -> None:
-        text = _item_text(params)
-        if text is None:
-            log.debug("%s without an item's insertText; ignored", DID_SHOW)
-            return
-        fb.show(str(_field(params, "uri") or ""), text)
-
-    @server.feature(DID_ACCEPT)
-    def did_accept(params: Any) -> None:
-        text = _item_text(params)
-        if text is None:
-            log.debug("%s without an item's insertText; ignored", DID_ACCEPT)
-            return
-        fb.accept(str(_field(params, "uri") or ""), text)
-
-    @server.feature(DID_PARTIALLY_ACCEPT)
-    def did_partially_accept(params: Any) -> None:
-        length = _field(params, "acceptedLength")
-        if isinstance(length, bool) or not isinstance(length, int) or length < 0:
-            log.debug("%s with acceptedLength %r; ignored", DID_PARTIALLY_ACCEPT, length)
-            return
-        fb.partially_accept(str(_field(params, "uri") or ""), length)
+def did_partially_accept(session: Session, params: Any) -> None:
+    length = _field(params, "acceptedLength")
+    if isinstance(length, bool) or not isinstance(length, int) or length < 0:
+        log.debug("%s with acceptedLength %r; ignored", DID_PARTIALLY_ACCEPT, length)
+        return
+    session.feedback.partially_accept(str(_field(params, "uri") or ""), length)

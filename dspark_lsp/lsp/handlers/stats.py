@@ -5,29 +5,27 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from dspark_lsp.lsp.handlers.feedback import feedback_of
-
 if TYPE_CHECKING:
-    from dspark_lsp.lsp.server import DSparkServer
+    from dspark_lsp.lsp.session import Session
 
 log = logging.getLogger(__name__)
 
 STATS_METHOD = "dspark/stats"
 
 
-def collect(server: DSparkServer) -> dict[str, Any]:
-    models = server.models
+def collect(session: Session) -> dict[str, Any]:
+    models = session.models
     out: dict[str, Any] = {
         "state": models.state if models is not None else "idle",
         "message": models.message if models is not None else "",
-        "documents": len(server.docs),
-        "debounceMs": server.lsp_settings.debounce_ms,
+        "documents": len(session.docs),
+        "debounceMs": session.lsp_settings.debounce_ms,
     }
-    if server.worker is not None:
-        out.update(server.worker.stats())
+    if session.worker is not None:
+        out.update(session.worker.stats())
     counters = out.setdefault("counters", {})
-    if server.not_ready_early:
-        counters["not_ready"] = counters.get("not_ready", 0) + server.not_ready_early
+    if session.not_ready_early:
+        counters["not_ready"] = counters.get("not_ready", 0) + session.not_ready_early
     service = models.service if models is not None else None
     recent: list[dict[str, Any]] = []
     if service is not None:
@@ -37,11 +35,9 @@ def collect(server: DSparkServer) -> dict[str, Any]:
             log.exception("recent_stats failed")
     out["service"] = recent
     # Shown / accepted completions as the editor reported them (handlers/feedback.py).
-    out["feedback"] = feedback_of(server).snapshot()
+    out["feedback"] = session.feedback.snapshot()
     return out
 
 
-def register(server: DSparkServer) -> None:
-    @server.feature(STATS_METHOD)
-    def stats(params: Any) -> dict[str, Any]:
-        return collect(server)
+def stats(session: Session, params: Any) -> dict[str, Any]:
+    return collect(session)

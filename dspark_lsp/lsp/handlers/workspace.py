@@ -14,7 +14,7 @@ from lsprotocol import types
 from pygls.uris import from_fs_path
 
 if TYPE_CHECKING:
-    from dspark_lsp.lsp.server import DSparkServer
+    from dspark_lsp.lsp.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -34,23 +34,21 @@ def folders_of(params: types.InitializeParams) -> list[str]:
     return []
 
 
-def set_folders(server: DSparkServer, uris: list[str]) -> None:
+def set_folders(session: Session, uris: list[str]) -> None:
     try:
-        server.project.set_roots(uris)
+        session.project.set_roots(uris)
     except Exception:  # a folder we cannot index costs the context, never the session
         log.exception("context: cannot use the workspace folders %s", uris)
 
 
-def register(server: DSparkServer) -> None:
-    @server.feature(types.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS)
-    def did_change_folders(params: types.DidChangeWorkspaceFoldersParams) -> None:
-        current = [str(r.as_uri()) for r in server.project.roots]
-        removed = {f.uri for f in params.event.removed}
-        kept = [u for u in current if u not in removed]
-        set_folders(server, kept + [f.uri for f in params.event.added if f.uri not in kept])
+def did_change_folders(session: Session, params: types.DidChangeWorkspaceFoldersParams) -> None:
+    current = [str(r.as_uri()) for r in session.project.roots]
+    removed = {f.uri for f in params.event.removed}
+    kept = [u for u in current if u not in removed]
+    set_folders(session, kept + [f.uri for f in params.event.added if f.uri not in kept])
 
-    @server.feature(types.WORKSPACE_DID_CHANGE_WATCHED_FILES)
-    def did_change_watched(params: types.DidChangeWatchedFilesParams) -> None:
-        for change in params.changes:
-            kind: Any = _KINDS.get(change.type, "changed")
-            server.project.watched(change.uri, kind)
+
+def did_change_watched(session: Session, params: types.DidChangeWatchedFilesParams) -> None:
+    for change in params.changes:
+        kind: Any = _KINDS.get(change.type, "changed")
+        session.project.watched(change.uri, kind)
