@@ -21,7 +21,6 @@ from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
 from dspark_lsp.engine.costs import calibrate_forwards, cost_profile
 from dspark_lsp.engine.decode import SpeculativeDecoder
 from dspark_lsp.engine.draft import DraftSource
-from dspark_lsp.engine.ngram import NgramDraftSource
 from dspark_lsp.engine.prefix_cache import PrefixCache
 from dspark_lsp.errors import ModelNotPrepared, UserError
 from dspark_lsp.models.gguf_target import weights_kind
@@ -203,22 +202,22 @@ def _load_draft(pair: PairSpec, target: Any, config: ServiceConfig,
     so the service drafts by n-gram lookup meanwhile and says once which command fixes it."""
     if pair.draft_kind == "none":
         return None, f"{pair.target} + none"
+    from dspark_lsp.drafts.registry import DraftSpec, LoadOptions, build_draft, spec_for
+
     if pair.draft_kind == "ngram" or pair.draft is None:
-        return NgramDraftSource(), f"{pair.target} + ngram"
+        return build_draft(DraftSpec("ngram")), f"{pair.target} + ngram"
     if progress:
         progress(f"loading draft {pair.draft}", 0.6)
-    from dspark_lsp.drafts.load import load_draft_source
-
+    load = LoadOptions(config.device, config.dtype, config.cache_dir, config.pack_weights)
     try:
-        draft = load_draft_source(pair.draft, target, device=config.device, dtype=config.dtype,
-                                  cache_dir=config.cache_dir, pack=config.pack_weights)
+        draft = build_draft(spec_for(pair.draft, load=load), target)
     except ModelNotPrepared as exc:
         log.warning("draft %s unavailable (%s); drafting by n-gram lookup until it is prepared",
                     pair.draft, exc)
         if progress:
             progress(f"draft {pair.draft} not prepared: n-gram drafting (dspark-lsp models prepare {pair.draft})",
                      0.7)
-        return NgramDraftSource(), f"{pair.target} + ngram ({pair.draft} not prepared)"
+        return build_draft(DraftSpec("ngram")), f"{pair.target} + ngram ({pair.draft} not prepared)"
     return draft, f"{pair.target} + {pair.draft}"
 
 

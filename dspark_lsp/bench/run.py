@@ -40,12 +40,12 @@ from dspark_lsp.bench.methods import BY_NAME, METHODS, HfMethod, LlamaCppMethod,
 from dspark_lsp.bench.prompts import BenchPrompt, corpus_prompts, find_humaneval_dir, humaneval_prompts
 from dspark_lsp.bench.report import MethodResult, method_entries, print_table
 from dspark_lsp.drafts.causal_lm import ModelDraftSource
-from dspark_lsp.drafts.hybrid import HybridDraftSource
+from dspark_lsp.drafts.ngram import NgramDraftSource
+from dspark_lsp.drafts.registry import model_of
 from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
 from dspark_lsp.engine.costs import calibrate_forwards, measure_verify_cost, raw_monotone
 from dspark_lsp.engine.decode import SpeculativeDecoder
 from dspark_lsp.engine.draft import DraftSource
-from dspark_lsp.engine.ngram import NgramDraftSource
 from dspark_lsp.errors import UserError
 from dspark_lsp.evaluation.execution import passes
 from dspark_lsp.models.gguf_target import weights_kind
@@ -228,7 +228,7 @@ def _load_service(args: argparse.Namespace) -> CompletionService:
 def _assistant(args: argparse.Namespace, draft: DraftSource | None) -> tuple[Any, str | None]:
     """hf_assisted_*'s assistant: --assistant, else the pair's draft when it is a Hugging Face model."""
     if args.assistant is None:
-        ms = draft.model_source if isinstance(draft, HybridDraftSource) else None
+        ms = model_of(draft)  # the pair's draft model: the service puts it behind n-gram lookup
         if isinstance(ms, ModelDraftSource):
             return ms.model, ms.name
         return None, None
@@ -296,9 +296,7 @@ def _skip_reason(bench: Bench, p: LoopMethod | HfMethod) -> str | None:
             return "no Hugging Face assistant model (pass --assistant MODEL, e.g. for the 1.5B target)"
         return None
     draft = bench.draft
-    if p.needs_model_draft and not (
-        draft is not None and draft.supports_parallel and not isinstance(draft, NgramDraftSource)
-    ):
+    if p.needs_model_draft and not (draft is not None and draft.supports_parallel and model_of(draft) is not None):
         return "needs a draft model (AR + parallel steps); the pair drafts by n-gram only"
     if p.draft and draft is None:
         return "no draft source (pair has draft 'none')"
@@ -502,9 +500,8 @@ def _forward_costs(target: Any, draft: DraftSource | None, context: int,
         out["llamacpp"] = {str(n): ms for n, ms in peer.forward_costs(ctx, FORWARD_SIZES).items()}
         again = measure_verify_cost(target, context=context, sizes=FORWARD_SIZES, repeats=5)
         out["target"] = {str(n): min(raw[n], again[n]) for n in FORWARD_SIZES}
-    model_src = draft.model_source if isinstance(draft, HybridDraftSource) else draft
-    if model_src is not None and not isinstance(model_src, NgramDraftSource):
-        src = model_src
+    src = model_of(draft)
+    if src is not None:
         src.reset()
         if src.wants_features:  # a feature draft reads target features: random rows will do
             d = int(getattr(target.config, "hidden_size", 0))

@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
 
         from dspark_lsp.bench.acceptance import target_features_for
         from dspark_lsp.drafts.io import load_feat_draft, save_feat_draft
-        from dspark_lsp.drafts.load import load_trained_draft
+        from dspark_lsp.drafts.registry import load_trained_draft
         from dspark_lsp.models.loader import resolve_model
         from dspark_lsp.training.block_train import fit_platt
         from dspark_lsp.training.slot_platt import SlotPlatt, fit_slot_platt, fold_slot_platt
