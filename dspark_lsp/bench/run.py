@@ -51,8 +51,8 @@ from dspark_lsp.evaluation.execution import passes
 from dspark_lsp.models.gguf_target import weights_kind
 from dspark_lsp.models.loader import cpu_has_native_bf16
 from dspark_lsp.models.packing import is_packed
-from dspark_lsp.prompt import build_fim_prompt, outside_window_ids
-from dspark_lsp.service import CompletionService, ServiceConfig, set_lookup_corpus
+from dspark_lsp.prompt import outside_window_ids
+from dspark_lsp.service import CompletionRequest, CompletionService, ServiceConfig, set_lookup_corpus
 
 
 @dataclass
@@ -99,6 +99,9 @@ class Bench:
 
     @property
     def eos(self) -> list[int]:
+        """What every method stops at: the end-of-text ids only. The service also stops at the FIM
+        markers (completion.stop_ids); the bench keeps its own set so that every peer (HF's generate,
+        llama.cpp) stops where ours does and its token counts stay comparable with earlier runs."""
         return list(self.service.fim.eos_ids)
 
     def decode_text(self, ids: list[int]) -> str:
@@ -212,7 +215,7 @@ def _load_service(args: argparse.Namespace) -> CompletionService:
     """The target and the pair's draft, loaded by the service as the server loads them."""
     cfg = ServiceConfig(
         model=args.model, draft_model=args.draft, device="cpu", dtype=args.dtype, cache_dir=args.cache_dir,
-        pack_weights=args.pack,
+        pack_weights=args.pack, context_window=args.context_window, prefix_share=args.prefix_share,
         # No prefix cache: every method prefills every prompt. The bench calibrates itself (`_calibrate`):
         # it reports the raw curve and can run it unpadded.
         prefix_reuse=False, completion_cache=False, calibrate=False,
@@ -253,15 +256,14 @@ def _prepare_prompts(args: argparse.Namespace, service: CompletionService) -> li
         prompts += corpus_prompts(Path(args.corpus), args.limit, args.seed)
     if not prompts:
         raise UserError("no prompts: pass --corpus DIR and/or make the HumanEval infilling data reachable")
-    tok, fim = service.tokenizer, service.fim
     prepared: list[Prepared] = []
     for bp in prompts:
         lang = bp.language or detect_language(bp.path, None)
-        fp = build_fim_prompt(bp.text, bp.offset, tok, fim, context_window=args.context_window,
-                              prefix_share=args.prefix_share)
         doc = SyntaxDocument(bp.text, lang)
+        # The service's own prompt (its config carries --context-window and --prefix-share; no other files).
+        fp = service.prompt_for(CompletionRequest(text=bp.text, offset=bp.offset, path=bp.path, doc_key=bp.id), doc)
         tracker = functools.partial(doc.generation, bp.offset, doc.completion_scope(bp.offset))
-        prepared.append(Prepared(bp, fp.ids, lang, tracker, outside_window_ids(bp.text, bp.offset, fp, tok)))
+        prepared.append(Prepared(bp, fp.ids, lang, tracker, outside_window_ids(bp.text, bp.offset, fp, service.tokenizer)))
     return prepared
 
 
