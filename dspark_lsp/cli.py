@@ -190,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     from dspark_lsp.evaluation.cli import add_eval_parser
 
     add_eval_parser(sub)
-    from dspark_lsp.remote.eagle import add_export_parser
+    from dspark_lsp.drafts.eagle import add_export_parser
 
     add_export_parser(sub)
     return parser

@@ -87,7 +87,7 @@ def test_bench_chain_only_ablation(tiny_models: tuple[Path, Path], tmp_path: Pat
 def test_bench_lookup_searches_the_document_outside_the_window_unless_ablated(
     tiny_models: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dspark_lsp.engine.ngram import NgramDraftSource
+    from dspark_lsp.drafts.ngram import NgramDraftSource
 
     seen: list[int] = []
     real = NgramDraftSource.propose
@@ -118,7 +118,7 @@ def test_each_method_preset_changes_the_service_decode_settings_as_named() -> No
 
     from dspark_lsp.bench.methods import ABLATIONS, BY_NAME, DEFAULT_METHODS, METHODS, LoopMethod
     from dspark_lsp.bench.run import Calibration, _decode_config
-    from dspark_lsp.engine.ngram import NgramDraftSource
+    from dspark_lsp.drafts.ngram import NgramDraftSource
     from dspark_lsp.service import ServiceConfig
 
     bench: Any = SimpleNamespace(

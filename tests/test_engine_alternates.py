@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 
 from dspark_lsp.drafts.causal_lm import ModelDraftSource
 from dspark_lsp.drafts.hybrid import HybridDraftSource
+from dspark_lsp.drafts.ngram import NgramDraftSource
 from dspark_lsp.engine.alternates import Alternate, VerifyLayout, choose_alternates
 from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
 from dspark_lsp.engine.decode import SpeculativeDecoder
 from dspark_lsp.engine.draft import DraftSource, Proposal
-from dspark_lsp.engine.ngram import NgramDraftSource
 from dspark_lsp.engine.prefix_cache import PrefixCache
 
 FLAT = {1: 1.0, 8: 1.0}  # a verify curve flat to 8 rows: every alternate slot is free

@@ -12,10 +12,10 @@ from transformers import DynamicCache
 
 from dspark_lsp.drafts.causal_lm import ModelDraftSource
 from dspark_lsp.drafts.hybrid import HybridDraftSource
+from dspark_lsp.drafts.ngram import NgramDraftSource
 from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
 from dspark_lsp.engine.decode import SpeculativeDecoder
 from dspark_lsp.engine.kv import cache_len, cache_nbytes, crop, forward, new_cache
-from dspark_lsp.engine.ngram import NgramDraftSource
 from dspark_lsp.engine.prefix_cache import PrefixCache, common_prefix_len
 
 V = 48

@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from dspark_lsp.drafts.causal_lm import ModelDraftSource
+from dspark_lsp.drafts.ngram import NgramDraftSource
 from dspark_lsp.engine import decode as decode_module
 from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
 from dspark_lsp.engine.decode import SpeculativeDecoder
 from dspark_lsp.engine.draft import DraftSource, Proposal
-from dspark_lsp.engine.ngram import NgramDraftSource
 
 V = 48
 PROMPT = [5, 9, 2, 33, 17, 5, 9]

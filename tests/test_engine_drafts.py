@@ -8,10 +8,10 @@ import pytest
 
 from dspark_lsp.drafts.causal_lm import ModelDraftSource, dist_from_logits
 from dspark_lsp.drafts.hybrid import HybridDraftSource, lookup_of
+from dspark_lsp.drafts.ngram import NgramDraftSource
 from dspark_lsp.engine.config import DecodeConfig
 from dspark_lsp.engine.decode import SpeculativeDecoder
 from dspark_lsp.engine.draft import DraftSource
-from dspark_lsp.engine.ngram import NgramDraftSource
 
 V = 40
 

@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 from dspark_lsp.drafts.causal_lm import ModelDraftSource
 from dspark_lsp.drafts.hybrid import HybridDraftSource
+from dspark_lsp.drafts.ngram import NgramDraftSource
 from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
 from dspark_lsp.engine.decode import SpeculativeDecoder
 from dspark_lsp.engine.draft import DraftSource
-from dspark_lsp.engine.ngram import NgramDraftSource
 
 DRAFT_KINDS = ("ngram", "model", "self", "hybrid")
 

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dspark_lsp.drafts.ngram import NgramDraftSource
 from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
 from dspark_lsp.engine.costs import (
     CALIBRATION_SIZES,
@@ -20,7 +21,6 @@ from dspark_lsp.engine.costs import (
 )
 from dspark_lsp.engine.decode import SpeculativeDecoder
 from dspark_lsp.engine.kv import cache_len, new_cache
-from dspark_lsp.engine.ngram import NgramDraftSource
 
 # Measured on the CI machine with packed fp32 weights (ms for 1..6 and 8 tokens).
 CI_CURVE = {1: 80.1, 2: 99.1, 3: 75.2, 4: 71.0, 5: 72.6, 6: 73.8, 8: 95.5}

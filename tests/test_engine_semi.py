@@ -84,7 +84,7 @@ def test_a_short_proposal_does_not_end_the_round() -> None:
 
 def test_mode_ablation_replays_every_mode_exactly(tiny_tokenizer: Any) -> None:
     from dspark_lsp.bench.mode_ablation import MODES, run
-    from dspark_lsp.engine.ngram import NgramDraftSource
+    from dspark_lsp.drafts.ngram import NgramDraftSource
 
     text = "<|fim_prefix|>def add(a, b):\n    return <|fim_suffix|>\n\nprint(add(1, 2))\n<|fim_middle|>"
     prompt = tiny_tokenizer(text)["input_ids"]
@@ -98,7 +98,7 @@ def test_mode_ablation_replays_every_mode_exactly(tiny_tokenizer: Any) -> None:
 
 def test_mode_ablation_replays_named_variants_with_their_own_k(tiny_tokenizer: Any) -> None:
     from dspark_lsp.bench.mode_ablation import Variant, run
-    from dspark_lsp.engine.ngram import NgramDraftSource
+    from dspark_lsp.drafts.ngram import NgramDraftSource
 
     text = "<|fim_prefix|>def add(a, b):\n    return a + b\n\nx = add(<|fim_suffix|>\n<|fim_middle|>"
     prompt = tiny_tokenizer(text)["input_ids"]
@@ -127,7 +127,7 @@ def test_engine_continuations_are_the_targets_greedy_tokens(tiny_models: Any, ti
 
 
 def test_recalibration_pairs_come_from_the_replayed_rounds(tiny_tokenizer: Any) -> None:
-    from dspark_lsp.engine.ngram import NgramDraftSource
+    from dspark_lsp.drafts.ngram import NgramDraftSource
     from dspark_lsp.training.recalibrate import replay_pairs
 
     text = "<|fim_prefix|>a = [1, 2, 3, 4, 5, 6]\nb = [1, 2, 3, 4, 5, 6]\nc = [<|fim_suffix|>\n<|fim_middle|>"

@@ -16,10 +16,10 @@ from dspark_lsp.drafts.feature.model import FeatDraft
 from dspark_lsp.drafts.feature.source import FeatureDraftSource
 from dspark_lsp.drafts.hybrid import HybridDraftSource
 from dspark_lsp.drafts.io import load_feat_draft, save_feat_draft
+from dspark_lsp.drafts.ngram import NgramDraftSource
 from dspark_lsp.drafts.vocab import N_RESERVED, DraftVocab
 from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
 from dspark_lsp.engine.decode import SpeculativeDecoder
-from dspark_lsp.engine.ngram import NgramDraftSource
 from dspark_lsp.engine.prefix_cache import PrefixCache
 from dspark_lsp.training.feat_train import unroll_mask, unrolled_features
 

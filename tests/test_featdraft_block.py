@@ -20,10 +20,10 @@ from dspark_lsp.drafts.feature.model import FeatDraft
 from dspark_lsp.drafts.feature.source import FeatureDraftSource
 from dspark_lsp.drafts.hybrid import HybridDraftSource
 from dspark_lsp.drafts.io import load_feat_draft, save_feat_draft
+from dspark_lsp.drafts.ngram import NgramDraftSource
 from dspark_lsp.drafts.vocab import DraftVocab
 from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
 from dspark_lsp.engine.decode import SpeculativeDecoder
-from dspark_lsp.engine.ngram import NgramDraftSource
 from dspark_lsp.training.block_train import block_mask, pick_anchors, reliability
 
 D = 16

@@ -16,8 +16,8 @@ import pytest
 import torch
 from transformers import DynamicCache
 
+from dspark_lsp.drafts.ngram import NgramDraftSource
 from dspark_lsp.engine.kv import PreallocatedLayer, cache_len, cache_nbytes, crop
-from dspark_lsp.engine.ngram import NgramDraftSource
 from dspark_lsp.engine.prefix_cache import PrefixCache, held_bytes
 from dspark_lsp.lsp.handlers.feedback import LAST_SHOWN_MAX, Feedback
 

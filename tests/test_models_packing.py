@@ -11,10 +11,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dspark_lsp.drafts.ngram import NgramDraftSource
 from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
 from dspark_lsp.engine.decode import SpeculativeDecoder
 from dspark_lsp.engine.kv import crop, forward, new_cache
-from dspark_lsp.engine.ngram import NgramDraftSource
 from dspark_lsp.errors import ModelError
 from dspark_lsp.models import packing
 from dspark_lsp.models.packing import PackedLinear, is_packed, pack_linears

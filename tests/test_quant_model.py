@@ -25,10 +25,10 @@ from torch import nn
 
 from dspark_lsp.drafts.causal_lm import ModelDraftSource
 from dspark_lsp.drafts.hybrid import HybridDraftSource
+from dspark_lsp.drafts.ngram import NgramDraftSource
 from dspark_lsp.engine import kv
 from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
 from dspark_lsp.engine.decode import SpeculativeDecoder
-from dspark_lsp.engine.ngram import NgramDraftSource
 from dspark_lsp.errors import ModelError
 from dspark_lsp.models.gguf_target import LoadReport, build_quantized_model, is_quantized, weights_kind
 from dspark_lsp.quant import build

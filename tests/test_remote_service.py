@@ -16,8 +16,7 @@ from dspark_lsp.errors import UserError
 from dspark_lsp.prompt import build_fim_prompt
 from dspark_lsp.remote.client import BackendError
 from dspark_lsp.remote.config import RemoteSettings
-from dspark_lsp.remote.service import RemoteCompletionService
-from dspark_lsp.service import CompletionRequest, CompletionService, ServiceConfig
+from dspark_lsp.service import CompletionRequest, CompletionService, RemoteCompletionService, ServiceConfig
 from tests.openai_fake import MODEL, FakeOpenAI
 from tests.test_remote_client import closed_port
 

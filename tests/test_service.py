@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from dspark_lsp.drafts.hybrid import HybridDraftSource
-from dspark_lsp.engine.ngram import NgramDraftSource
+from dspark_lsp.drafts.ngram import NgramDraftSource
 from dspark_lsp.errors import UserError
 from dspark_lsp.service import CompletionRequest, CompletionService, ServiceConfig
 

@@ -22,11 +22,10 @@ from typing import Any
 
 import torch
 
-from dspark_lsp.drafts.hybrid import HybridDraftSource
 from dspark_lsp.drafts.io import DEFAULT_DRAFT, is_feat_draft_dir
+from dspark_lsp.drafts.registry import DraftSpec, LookupSpec, build_draft, with_lookup
 from dspark_lsp.drafts.token.source import TrainedDraftSource
 from dspark_lsp.engine.draft import DraftSource
-from dspark_lsp.engine.ngram import NgramDraftSource
 from dspark_lsp.errors import UserError
 from dspark_lsp.training.corpus import collect, default_roots, is_held_out, read_text
 from dspark_lsp.training.samples import EOS, SampleMaker, SampleShape, load_tokenizer
@@ -219,17 +218,16 @@ def replay_draft(
     """A trained draft (shipped name or directory) for an offline replay of ``data``, plus the target's
     features over each item when the draft reads them (a feature draft needs ``target_dir``)."""
     from dspark_lsp.drafts.io import trained_draft_dir
-    from dspark_lsp.drafts.load import load_trained_draft
 
     where = trained_draft_dir(spec)
     if where is None:
         raise UserError(f"no trained draft {spec!r} (a shipped name or a draft directory)")
     if not is_feat_draft_dir(where):
-        return load_trained_draft(where, None), None
+        return build_draft(DraftSpec("trained", str(where))), None
     if not target_dir:
         raise UserError(f"{where.name} is a feature draft: pass --target (the real target's directory)")
     target, feats = target_features_for(target_dir, data, threads, features_cache, dtype)
-    return load_trained_draft(where, target, **use), feats
+    return build_draft(DraftSpec("trained", str(where), use=dict(use)), target), feats
 
 
 def forward_cost_ms(src: TrainedDraftSource, context: int = 256, reps: int = 30) -> dict[str, float]:
@@ -325,12 +323,11 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(a.threads)
         feats: list[torch.Tensor] | None = None
         if a.draft == "ngram":
-            src: DraftSource = NgramDraftSource()
+            src: DraftSource = build_draft(DraftSpec("ngram"))
         else:
             src, feats = replay_draft(a.draft, data, a.target, a.threads, a.features_cache)
             if a.hybrid:
-                src = HybridDraftSource(src, NgramDraftSource(max_ngram=4, min_ngram=1),
-                                        min_lookup_confidence=a.hybrid_min_conf)
+                src = with_lookup(src, LookupSpec(max_ngram=4, min_ngram=1, min_confidence=a.hybrid_min_conf))
         result: dict[str, object] = {"draft": a.draft, "prompts": len(data["items"]),
                                      "target_tokens": sum(len(it["target"]) for it in data["items"])}
         for mode in MODES:

@@ -180,13 +180,14 @@ def run(items: list[dict[str, Any]], tokenizer: Any, draft: DraftSource | None, 
 def ablation_variants(where: Path, target: Any, wrap: Any) -> dict[str, Variant]:
     """The block drafter's ablation: each part of the draft in ``where`` switched on and off (same weights,
     one target)."""
-    from dspark_lsp.drafts.load import load_trained_draft
+    from dspark_lsp.drafts.registry import DraftSpec, build_draft
 
     # Every part is named in every variant: a draft's export says which parts it uses by default
     # (vocab.json "parts"), and an ablation must not inherit that (with the heads shipped off, the +conf
     # variants ran without the confidence head and "parallel" without the Markov head).
     def src(block: bool, markov: bool, conf: bool) -> DraftSource:
-        return wrap(load_trained_draft(where, target, use_block=block, use_markov=markov, use_confidence=conf))
+        use: dict[str, bool | None] = {"use_block": block, "use_markov": markov, "use_confidence": conf}
+        return wrap(build_draft(DraftSpec("trained", str(where), use=use), target))
 
     return {
         "ar": Variant(src(False, False, False), "ar"),
@@ -229,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         from transformers import AutoTokenizer
 
         from dspark_lsp.bench.acceptance import replay_draft
-        from dspark_lsp.drafts.hybrid import HybridDraftSource
+        from dspark_lsp.drafts.registry import LookupSpec, with_lookup
         from dspark_lsp.models.loader import resolve_model
         from dspark_lsp.models.registry import DEFAULT_TARGET
 
@@ -240,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         def wrap(s: DraftSource) -> DraftSource:
             if args.no_lookup:
                 return s
-            return HybridDraftSource(s, min_lookup_confidence=args.hybrid_min_conf, second_opinion=args.second_opinion)
+            return with_lookup(s, LookupSpec(min_confidence=args.hybrid_min_conf, second_opinion=args.second_opinion))
 
         variants = None
         if args.variants:

@@ -40,19 +40,19 @@ from dspark_lsp.bench.methods import BY_NAME, METHODS, HfMethod, LlamaCppMethod,
 from dspark_lsp.bench.prompts import BenchPrompt, corpus_prompts, find_humaneval_dir, humaneval_prompts
 from dspark_lsp.bench.report import MethodResult, method_entries, print_table
 from dspark_lsp.drafts.causal_lm import ModelDraftSource
-from dspark_lsp.drafts.hybrid import HybridDraftSource
+from dspark_lsp.drafts.ngram import NgramDraftSource
+from dspark_lsp.drafts.registry import model_of
 from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
 from dspark_lsp.engine.costs import calibrate_forwards, measure_verify_cost, raw_monotone
 from dspark_lsp.engine.decode import SpeculativeDecoder
 from dspark_lsp.engine.draft import DraftSource
-from dspark_lsp.engine.ngram import NgramDraftSource
 from dspark_lsp.errors import UserError
 from dspark_lsp.evaluation.execution import passes
 from dspark_lsp.models.gguf_target import weights_kind
 from dspark_lsp.models.loader import cpu_has_native_bf16
 from dspark_lsp.models.packing import is_packed
-from dspark_lsp.prompt import build_fim_prompt, outside_window_ids
-from dspark_lsp.service import CompletionService, ServiceConfig, set_lookup_corpus
+from dspark_lsp.prompt import outside_window_ids
+from dspark_lsp.service import CompletionRequest, CompletionService, ServiceConfig, set_lookup_corpus
 
 
 @dataclass
@@ -99,6 +99,9 @@ class Bench:
 
     @property
     def eos(self) -> list[int]:
+        """What every method stops at: the end-of-text ids only. The service also stops at the FIM
+        markers (completion.stop_ids); the bench keeps its own set so that every peer (HF's generate,
+        llama.cpp) stops where ours does and its token counts stay comparable with earlier runs."""
         return list(self.service.fim.eos_ids)
 
     def decode_text(self, ids: list[int]) -> str:
@@ -212,7 +215,7 @@ def _load_service(args: argparse.Namespace) -> CompletionService:
     """The target and the pair's draft, loaded by the service as the server loads them."""
     cfg = ServiceConfig(
         model=args.model, draft_model=args.draft, device="cpu", dtype=args.dtype, cache_dir=args.cache_dir,
-        pack_weights=args.pack,
+        pack_weights=args.pack, context_window=args.context_window, prefix_share=args.prefix_share,
         # No prefix cache: every method prefills every prompt. The bench calibrates itself (`_calibrate`):
         # it reports the raw curve and can run it unpadded.
         prefix_reuse=False, completion_cache=False, calibrate=False,
@@ -228,7 +231,7 @@ def _load_service(args: argparse.Namespace) -> CompletionService:
 def _assistant(args: argparse.Namespace, draft: DraftSource | None) -> tuple[Any, str | None]:
     """hf_assisted_*'s assistant: --assistant, else the pair's draft when it is a Hugging Face model."""
     if args.assistant is None:
-        ms = draft.model_source if isinstance(draft, HybridDraftSource) else None
+        ms = model_of(draft)  # the pair's draft model: the service puts it behind n-gram lookup
         if isinstance(ms, ModelDraftSource):
             return ms.model, ms.name
         return None, None
@@ -253,15 +256,14 @@ def _prepare_prompts(args: argparse.Namespace, service: CompletionService) -> li
         prompts += corpus_prompts(Path(args.corpus), args.limit, args.seed)
     if not prompts:
         raise UserError("no prompts: pass --corpus DIR and/or make the HumanEval infilling data reachable")
-    tok, fim = service.tokenizer, service.fim
     prepared: list[Prepared] = []
     for bp in prompts:
         lang = bp.language or detect_language(bp.path, None)
-        fp = build_fim_prompt(bp.text, bp.offset, tok, fim, context_window=args.context_window,
-                              prefix_share=args.prefix_share)
         doc = SyntaxDocument(bp.text, lang)
+        # The service's own prompt (its config carries --context-window and --prefix-share; no other files).
+        fp = service.prompt_for(CompletionRequest(text=bp.text, offset=bp.offset, path=bp.path, doc_key=bp.id), doc)
         tracker = functools.partial(doc.generation, bp.offset, doc.completion_scope(bp.offset))
-        prepared.append(Prepared(bp, fp.ids, lang, tracker, outside_window_ids(bp.text, bp.offset, fp, tok)))
+        prepared.append(Prepared(bp, fp.ids, lang, tracker, outside_window_ids(bp.text, bp.offset, fp, service.tokenizer)))
     return prepared
 
 
@@ -296,9 +298,7 @@ def _skip_reason(bench: Bench, p: LoopMethod | HfMethod) -> str | None:
             return "no Hugging Face assistant model (pass --assistant MODEL, e.g. for the 1.5B target)"
         return None
     draft = bench.draft
-    if p.needs_model_draft and not (
-        draft is not None and draft.supports_parallel and not isinstance(draft, NgramDraftSource)
-    ):
+    if p.needs_model_draft and not (draft is not None and draft.supports_parallel and model_of(draft) is not None):
         return "needs a draft model (AR + parallel steps); the pair drafts by n-gram only"
     if p.draft and draft is None:
         return "no draft source (pair has draft 'none')"
@@ -502,9 +502,8 @@ def _forward_costs(target: Any, draft: DraftSource | None, context: int,
         out["llamacpp"] = {str(n): ms for n, ms in peer.forward_costs(ctx, FORWARD_SIZES).items()}
         again = measure_verify_cost(target, context=context, sizes=FORWARD_SIZES, repeats=5)
         out["target"] = {str(n): min(raw[n], again[n]) for n in FORWARD_SIZES}
-    model_src = draft.model_source if isinstance(draft, HybridDraftSource) else draft
-    if model_src is not None and not isinstance(model_src, NgramDraftSource):
-        src = model_src
+    src = model_of(draft)
+    if src is not None:
         src.reset()
         if src.wants_features:  # a feature draft reads target features: random rows will do
             d = int(getattr(target.config, "hidden_size", 0))

@@ -1,21 +1,21 @@
-"""n-gram lookup in front of a model draft (HybridDraftSource), and what the lookup's confidences mean."""
+"""n-gram lookup in front of a model draft (HybridDraftSource, a two-link DraftChain), and what the lookup's
+confidences mean."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-import torch
-
+from dspark_lsp.drafts.chain import ChainLink, DraftChain
+from dspark_lsp.drafts.ngram import NgramDraftSource
 from dspark_lsp.engine.draft import DraftSource, Proposal
-from dspark_lsp.engine.ngram import NgramDraftSource
 
 
 def lookup_of(src: DraftSource | None) -> NgramDraftSource | None:
-    """The n-gram lookup a draft source drafts with (itself, or a hybrid's), if any. (A request's corpus
-    reaches it through the source's ``set_corpus``.)"""
+    """The n-gram lookup a draft source drafts with (itself, or a chain's first lookup: a hybrid's), if any.
+    (A request's corpus reaches it through the source's ``set_corpus``.)"""
     if isinstance(src, NgramDraftSource):
         return src
-    return src.ngram if isinstance(src, HybridDraftSource) else None
+    if isinstance(src, DraftChain):
+        return next((link.source for link in src.links if isinstance(link.source, NgramDraftSource)), None)
+    return None
 
 
 # What the lookup's fixed confidences turn out to mean: the share of its tokens the 4-bit default target
@@ -32,8 +32,8 @@ def calibrated_lookup(confidence: float) -> float:
     return LOOKUP_ACCEPTANCE[key]
 
 
-class HybridDraftSource(DraftSource):
-    """n-gram lookup first, a draft model where the lookup has nothing.
+class HybridDraftSource(DraftChain):
+    """n-gram lookup first, a draft model where the lookup has nothing: a two-link :class:`DraftChain`.
 
     Code repeats itself: on held-out FIM prompts even a 1-token n-gram match predicted the target better
     than our small trained draft (2.20 tokens per target forward with lookup on any match, 2.03 when
@@ -42,8 +42,6 @@ class HybridDraftSource(DraftSource):
     autoregressive step. Under sampling a lookup proposal is deterministic, which the speculative-
     sampling rule handles exactly as a one-hot q (accept with probability p(token)).
     """
-
-    supports_parallel = True
 
     def __init__(
         self,
@@ -54,14 +52,12 @@ class HybridDraftSource(DraftSource):
     ) -> None:
         self.model_source = model_source
         self.ngram = ngram or NgramDraftSource()
-        # 0.55 is NgramDraftSource's confidence for a 1-token match: any match is trusted.
+        # 0.55 is NgramDraftSource's confidence for a 1-token match: any match is trusted. Beside a
+        # calibrated draft (a confidence head: the decoder's cost rule reads confidences as
+        # probabilities) the lookup's confidences become its measured acceptance.
+        lookup = ChainLink(self.ngram, min_lookup_confidence, calibrate=calibrated_lookup)
+        super().__init__([lookup, ChainLink(model_source)], name=f"{model_source.name}+ngram")
         self.min_lookup_confidence = min_lookup_confidence
-        self.name = f"{model_source.name}+ngram"
-        # A feature-conditioned draft behind the lookup still needs the target's features every round.
-        self.wants_features = model_source.wants_features
-        # Its confidences are calibrated acceptance probabilities (a confidence head): the decoder then lets
-        # its cost rule set each round's length.
-        self.calibrated = model_source.calibrated
         # Greedy only: when the lookup answers, also ask the model for the first position and offer its
         # choices as alternates (engine.alternates) - verified in the same target forward, so a lookup
         # that copied the wrong continuation can still land the model's token. Worth one draft forward
@@ -69,51 +65,21 @@ class HybridDraftSource(DraftSource):
         self.second_opinion = second_opinion
         self._continues: list[int] = []  # the context a call continuing this round would pass
 
-    def set_features(self, start: int, feats: torch.Tensor) -> None:
-        self.model_source.set_features(start, feats)
-
-    def set_corpus(self, corpus: Callable[[], list[int]]) -> None:
-        self.ngram.set_corpus(corpus)
-
     def reset(self) -> None:
-        self.model_source.reset()
-        self.ngram.reset()
+        super().reset()
         self._continues = []
 
-    def propose(
-        self,
-        context: list[int],
-        max_tokens: int,
-        *,
-        parallel: bool,
-        tau: float,
-        temperature: float = 0.0,
-        generator: torch.Generator | None = None,
-    ) -> Proposal:
-        if max_tokens <= 0:
-            return Proposal()
-        want = max_tokens if parallel else 1
-        p = self.ngram.propose(context, want, parallel=parallel, tau=tau)
-        if p.tokens and p.confidence[0] >= self.min_lookup_confidence:
-            # Within a round the decoder calls again with the previous proposal appended; the model's
-            # opinion is asked only at a round's first position, where it reads true features (later
-            # positions would cost a forward per chained token).
-            if temperature <= 0 and self.second_opinion and context != self._continues:
-                self._add_second_opinion(context, p, tau)
-            self._continues = list(context) + p.tokens
-            if self.calibrated:
-                p.confidence = [calibrated_lookup(c) for c in p.confidence]
-            return p
-        self._continues = []
-        use_parallel = parallel and self.model_source.supports_parallel
-        return self.model_source.propose(
-            context,
-            max_tokens if use_parallel else 1,
-            parallel=use_parallel,
-            tau=tau,
-            temperature=temperature,
-            generator=generator,
-        )
+    def _answer(self, index: int, context: list[int], p: Proposal, tau: float, temperature: float) -> Proposal:
+        if index > 0:  # the model answered
+            self._continues = []
+            return super()._answer(index, context, p, tau, temperature)
+        # Within a round the decoder calls again with the previous proposal appended; the model's
+        # opinion is asked only at a round's first position, where it reads true features (later
+        # positions would cost a forward per chained token).
+        if temperature <= 0 and self.second_opinion and context != self._continues:
+            self._add_second_opinion(context, p, tau)
+        self._continues = list(context) + p.tokens
+        return super()._answer(index, context, p, tau, temperature)
 
     def _add_second_opinion(self, context: list[int], p: Proposal, tau: float) -> None:
         q = self.model_source.propose(context, 1, parallel=False, tau=tau)

@@ -402,6 +402,9 @@ class SpeculativeDecoder:
             stats.calibration.extend((c, i < m, slots[i] if i < len(slots) else NO_SLOT)
                                      for i, c in enumerate(proposal.confidence[: m + 1]))
         stats.proposed += len(proposal.tokens)
+        for i, source in enumerate(proposal.sources[: len(proposal.tokens)]):
+            stats.source_proposed[source] += 1
+            stats.source_accepted[source] += int(i < m)
         stats.alt_proposed += len(layout.alternates)
         stats.accepted += len(kept)
         stats.accepted_hist[len(kept)] += 1

@@ -39,6 +39,9 @@ class Proposal:
     ``slots[i]`` (optional): for a calibrated source, which of its calibration slots stated
     ``confidence[i]`` (a confidence head's drafting kind and step, :data:`NO_SLOT` where none); the decoder
     records it beside each judged token so a recalibration can fit each slot on its own.
+    ``sources[i]`` (optional): the name of the source that proposed ``tokens[i]`` when a draft combines
+    several (a chain of sources); the decoder counts proposed and accepted tokens per source, a token
+    without one counted under the draft's own name.
     """
 
     tokens: list[int] = field(default_factory=list)
@@ -47,6 +50,7 @@ class Proposal:
     forwards: int = 0
     alternates: list[list[tuple[int, float]]] | None = None
     slots: list[int] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -57,12 +61,14 @@ class Proposal:
         return cls(dists=[] if temperature > 0 else None, alternates=None if temperature > 0 else [])
 
     def add(self, token: int, confidence: float, dist: torch.Tensor | None,
-            runner_ups: Callable[[], list[tuple[int, float]]], slot: int = NO_SLOT) -> None:
+            runner_ups: Callable[[], list[tuple[int, float]]], slot: int = NO_SLOT, source: str = "") -> None:
         """Append one drafted token with its confidence, its distribution (kept when the proposal keeps
-        them: when sampling) and its runner-ups (asked for only when it keeps alternates: when greedy)."""
+        them: when sampling) and its runner-ups (asked for only when it keeps alternates: when greedy);
+        ``source``: the source that proposed it ("" = the draft itself)."""
         self.tokens.append(token)
         self.confidence.append(confidence)
         self.slots.append(slot)
+        self.sources.append(source)
         if self.dists is not None:
             self.dists.append(dist)
         if self.alternates is not None:

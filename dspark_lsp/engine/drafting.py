@@ -143,4 +143,5 @@ class DraftRound:
         return conf < self.tau and not self.sched.pays(n + 2, self.cum, more_ms)
 
     def _append(self, p: Proposal, i: int, tok: int, conf: float) -> None:
-        self.out.add(tok, conf, _at(p.dists, i, None), partial(_at, p.alternates, i, []), _at(p.slots, i, NO_SLOT))
+        self.out.add(tok, conf, _at(p.dists, i, None), partial(_at, p.alternates, i, []), _at(p.slots, i, NO_SLOT),
+                     _at(p.sources, i, "") or self.name)

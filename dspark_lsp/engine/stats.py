@@ -21,6 +21,10 @@ class DecodeStats:
     accepted: int = 0  # draft tokens kept, accepted alternates included
     alt_proposed: int = 0  # runner-up tokens verified beside the chain (engine.alternates)
     alt_accepted: int = 0
+    # Chain tokens proposed and accepted per draft source (Proposal.sources; a chain of sources names
+    # each, a single draft is its own): they add up to proposed, and to accepted less alt_accepted.
+    source_proposed: Counter[str] = field(default_factory=Counter)
+    source_accepted: Counter[str] = field(default_factory=Counter)
     accepted_hist: Counter[int] = field(default_factory=Counter)
     k_trace: list[int] = field(default_factory=list)
     tau_trace: list[float] = field(default_factory=list)
@@ -47,6 +51,8 @@ class DecodeStats:
         d = asdict(self)
         d.pop("calibration")  # per-token detail for offline reports; not part of the per-call summary
         d["accepted_hist"] = {str(k): v for k, v in sorted(self.accepted_hist.items())}
+        d["source_proposed"] = dict(self.source_proposed)
+        d["source_accepted"] = dict(self.source_accepted)
         d["tokens_per_forward"] = round(self.tokens_per_forward, 3)
         d["t_other"] = self.t_other
         return d

@@ -1,25 +1,26 @@
-"""The completion service with the model on another machine: our FIM prompt to `/v1/completions`.
+"""Decoding on another machine: our FIM prompt to an OpenAI-compatible server's `/v1/completions`.
 
-Everything around the model is the local path's own code: the prompt (`build_fim_prompt`, same
-tokenizer, same budget), the scope and stop rules of the syntax layer (cut while the text streams in,
-which closes the connection so the server stops generating), the clean-up (`finish_text`), the
-typed-through completion cache and the per-request records behind `dspark/stats` (inherited from
-`CompletionService`). Only the decode differs: it is the server's.
+Everything around the model is the local path's own code (dspark_lsp.service.CompletionService, the
+pipeline this decoder sits in): the prompt (`build_fim_prompt`, same tokenizer, same budget), the scope
+and stop rules of the syntax layer (cut while the text streams in, which closes the connection so the
+server stops generating), the clean-up (`finish_text`), the typed-through completion cache and the
+per-request records behind `dspark/stats`. Only the decode differs: it is the server's. This module
+imports completion (what decoders share), never the service.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
 
-from dspark_lsp.contract import CompletionRequest, CompletionResult, CompletionStats, ServiceRecord
+from dspark_lsp.completion import Decoded, Prepared, Progress, ServiceConfig, finish_text, stop_ids
+from dspark_lsp.contract import CompletionStats
 from dspark_lsp.errors import UserError
+from dspark_lsp.prompt import FimPrompt
 from dspark_lsp.remote.client import BackendError, CompletionsClient
 from dspark_lsp.remote.config import RemoteSettings
-from dspark_lsp.service import CompletionService, Progress, ServiceConfig, _Shown, finish_text
 
 log = logging.getLogger(__name__)
 
@@ -27,98 +28,37 @@ PROBE_TIMEOUT_S = 5.0
 MAX_STOP_STRINGS = 4
 
 
-class RemoteCompletionService(CompletionService):
-    """`CompletionService`'s interface and caches, with the decode done by an OpenAI-compatible server.
+class RemoteDecoder:
+    """A completion.Decoder that asks an OpenAI-compatible server, streaming its text through the
+    request's stop rules."""
 
-    It does not run `CompletionService.__init__` (that loads nothing here but times a target model's
-    forwards); it sets up the state the inherited cache and record helpers use."""
+    weights = "remote"
+    target = None
+    draft = None
 
-    def __init__(
-        self,
-        config: ServiceConfig,
-        tokenizer: Any,
-        client: CompletionsClient,
-        *,
-        served_model: str | None,
-        description: str = "",
-    ) -> None:
+    def __init__(self, remote: RemoteSettings, tokenizer: Any, client: CompletionsClient, *,
+                 served_model: str | None) -> None:
         from dspark_lsp.models.fim import detect_fim_tokens
 
-        assert config.backend is not None
-        self.config = config
-        self.remote: RemoteSettings = config.backend
+        self.remote = remote
         self.client = client
         self.served_model = served_model
-        self.target = None
-        self.draft = None
-        self.tokenizer = tokenizer
-        self.description = description
-        self.weights = "remote"
-        self.fim = detect_fim_tokens(tokenizer)
-        self._stop_ids = list(dict.fromkeys((*self.fim.eos_ids, self.fim.prefix_id, self.fim.suffix_id, self.fim.middle_id)))
+        self._stop_ids = list(stop_ids(detect_fim_tokens(tokenizer)))
         # The same ids as text, for servers that send special tokens back as text: our own cut there.
         self._markers = [m for m in (_token_text(tokenizer, i) for i in self._stop_ids) if m]
-        self._recent: deque[ServiceRecord] = deque(maxlen=self.RECENT)
-        self._shown: OrderedDict[str, list[_Shown]] = OrderedDict()
-        self._sched_state: OrderedDict[str, tuple[float, ...]] = OrderedDict()
-        self._lock = threading.Lock()
 
-    # ------------------------------------------------------------------------------------- loading
-    @classmethod
-    def load(cls, config: ServiceConfig, progress: Progress | None = None) -> RemoteCompletionService:
-        remote = config.backend
-        if remote is None:
-            raise UserError("no backend configured")
-        errs = config.problems()
-        if errs:
-            raise UserError("invalid configuration: " + "; ".join(errs))
-        spec = remote.tokenizer or config.model
-        if progress:
-            progress(f"loading the tokenizer of {spec}", 0.1)
-        tokenizer = load_tokenizer(spec, config.cache_dir)
-        client = CompletionsClient(remote, remote.api_key())
-        if progress:
-            progress(f"asking {remote.url} for its models", 0.6)
-        served = remote.model
-        try:
-            models = client.models(timeout_s=min(PROBE_TIMEOUT_S, remote.timeout_s))
-        except BackendError as exc:
-            # Not fatal: a team's server may be restarting; each completion tries again and says why.
-            log.warning("the completion server is not answering yet: %s", exc)
-        else:
-            if served is None:
-                if not models:
-                    raise UserError(f"{remote.url} serves no models (GET /v1/models is empty)")
-                served = models[0]
-            elif models and served not in models:
-                raise UserError(f"{remote.url} serves {', '.join(models)}, not {served!r} (backend.model)")
-        service = cls(config, tokenizer, client, served_model=served, description=f"{remote.url} {served or '?'}")
-        if progress:
-            progress("ready", 1.0)
-        return service
-
-    def update_config(self, config: ServiceConfig) -> None:
-        errs = config.problems()
-        if errs:
-            raise UserError("invalid configuration: " + "; ".join(errs))
-        with self._lock:
-            self.config = config
-            if not config.completion_cache:
-                self._shown.clear()
+    def configure(self, config: ServiceConfig) -> None:
+        pass  # the settings are read per request; the server is the backend setting's (a change reloads)
 
     def close(self) -> None:
-        self._shown.clear()
+        pass
 
-    # ---------------------------------------------------------------------------------- completion
-    def complete(
-        self,
-        req: CompletionRequest,
-        cancel: threading.Event | None = None,
-        on_text: Callable[[str], None] | None = None,
-    ) -> CompletionResult:
-        prep = self._prepare(req)
-        if isinstance(prep, CompletionResult):
-            return prep
+    def warm(self, fp: FimPrompt, config: ServiceConfig, cancel: threading.Event | None) -> int:
+        return 0  # the server's prefix cache is its own
+
+    def decode(self, prep: Prepared, config: ServiceConfig, decode_text: Callable[[list[int]], str], *,
+               scheduler_state: tuple[float, ...] | None, cancel: threading.Event | None,
+               on_text: Callable[[str], None] | None) -> Decoded:
         fp, tracker, scope = prep.fp, prep.tracker, prep.scope.value
 
         def on_chunk(text: str) -> bool:
@@ -127,7 +67,7 @@ class RemoteCompletionService(CompletionService):
                 on_text(text)
             return marker or tracker.stop_index(text) is not None
 
-        body = self.request_body(fp.text, scope, req.max_new_tokens)
+        body = self.request_body(config, fp.text, scope, prep.req.max_new_tokens)
         answer = self.client.complete(body, cancel=cancel, on_text=on_chunk)
         full_text, _marker = self._before_marker(answer.text)
         text, cut = ("", None) if answer.cancelled else finish_text(
@@ -151,11 +91,12 @@ class RemoteCompletionService(CompletionService):
             stop_reason = "syntax"
         else:
             stop_reason = {"length": "max_new_tokens", "stop": "eos"}.get(answer.finish_reason or "", answer.finish_reason or "")
-        return self._finish(prep, text, [], stats, scope=scope, cancelled=answer.cancelled, stop_reason=stop_reason)
+        return Decoded(text, [], stats, scope, answer.cancelled, stop_reason)
 
-    def request_body(self, prompt: str, scope: str, max_new_tokens: int | None = None) -> dict[str, Any]:
+    def request_body(self, config: ServiceConfig, prompt: str, scope: str,
+                     max_new_tokens: int | None = None) -> dict[str, Any]:
         """The `/v1/completions` body for one prompt (the integration check sends the same to vLLM)."""
-        cfg, remote = self.config, self.remote
+        cfg, remote = config, self.remote
         stop = ["\n"] if scope == "single_line" else []
         # The API allows 4 stop strings (vLLM answers 400 to more). The markers after those are still
         # cut here (`_before_marker`), and with stopTokenIds the server stops on all of them.
@@ -190,6 +131,40 @@ class RemoteCompletionService(CompletionService):
         ids; a server that returns special tokens as text must stop there too)."""
         cut = min((i for i in (text.find(m) for m in self._markers) if i >= 0), default=-1)
         return (text, False) if cut < 0 else (text[:cut], True)
+
+
+def load_remote(config: ServiceConfig, progress: Progress | None = None) -> tuple[Any, RemoteDecoder, str]:
+    """(the tokenizer, the decoder, the service's description) for ``config``'s backend: the tokenizer of
+    the model the prompt is built for, and the server asked once for what it serves (a server that does
+    not answer yet is not fatal: each completion tries again and says why)."""
+    remote = config.backend
+    if remote is None:
+        raise UserError("no backend configured")
+    errs = config.problems()
+    if errs:
+        raise UserError("invalid configuration: " + "; ".join(errs))
+    spec = remote.tokenizer or config.model
+    if progress:
+        progress(f"loading the tokenizer of {spec}", 0.1)
+    tokenizer = load_tokenizer(spec, config.cache_dir)
+    client = CompletionsClient(remote, remote.api_key())
+    if progress:
+        progress(f"asking {remote.url} for its models", 0.6)
+    served = remote.model
+    try:
+        models = client.models(timeout_s=min(PROBE_TIMEOUT_S, remote.timeout_s))
+    except BackendError as exc:
+        # Not fatal: a team's server may be restarting; each completion tries again and says why.
+        log.warning("the completion server is not answering yet: %s", exc)
+    else:
+        if served is None:
+            if not models:
+                raise UserError(f"{remote.url} serves no models (GET /v1/models is empty)")
+            served = models[0]
+        elif models and served not in models:
+            raise UserError(f"{remote.url} serves {', '.join(models)}, not {served!r} (backend.model)")
+    decoder = RemoteDecoder(remote, tokenizer, client, served_model=served)
+    return tokenizer, decoder, f"{remote.url} {served or '?'}"
 
 
 def load_tokenizer(spec: str, cache_dir: str | None) -> Any:

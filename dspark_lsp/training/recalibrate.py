@@ -69,7 +69,7 @@ def _recalibrate(a: argparse.Namespace) -> int:
 
     from dspark_lsp.bench.acceptance import target_features_for
     from dspark_lsp.drafts.io import load_feat_draft, save_feat_draft
-    from dspark_lsp.drafts.load import load_trained_draft
+    from dspark_lsp.drafts.registry import load_trained_draft
     from dspark_lsp.models.loader import resolve_model
 
     if a.rounds < 1:

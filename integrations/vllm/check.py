@@ -177,10 +177,10 @@ def equality(url: str, args: argparse.Namespace) -> dict[str, Any]:
     from dspark_lsp.bench.prompts import corpus_prompts
     from dspark_lsp.remote.client import CompletionsClient
     from dspark_lsp.remote.config import RemoteSettings
-    from dspark_lsp.remote.service import RemoteCompletionService
     from dspark_lsp.service import (
         CompletionRequest,
         CompletionService,
+        RemoteCompletionService,
         ServiceConfig,
         decide_scope,
         finish_text,

@@ -1,4 +1,4 @@
-"""The EAGLE export (dspark_lsp/remote/eagle.py) on a small random feature draft: the checkpoint's math
+"""The EAGLE export (dspark_lsp/drafts/eagle.py) on a small random feature draft: the checkpoint's math
 (vLLM's EAGLE-1 layer, written out in torch) equals our draft's forward wherever the export is exact —
 with the two rms divisions it replaces by constants made constant — and the files carry the names and
 config vLLM's loader reads. Fast: no target model."""
@@ -14,10 +14,7 @@ import pytest
 import torch
 from torch import nn
 
-from dspark_lsp.drafts.feature.config import FeatDraftConfig
-from dspark_lsp.drafts.feature.model import FeatDraft
-from dspark_lsp.drafts.vocab import DraftVocab
-from dspark_lsp.remote.eagle import (
+from dspark_lsp.drafts.eagle import (
     Constants,
     eagle_config,
     eagle_forward,
@@ -27,6 +24,9 @@ from dspark_lsp.remote.eagle import (
     second_step_mask,
     tune_state,
 )
+from dspark_lsp.drafts.feature.config import FeatDraftConfig
+from dspark_lsp.drafts.feature.model import FeatDraft
+from dspark_lsp.drafts.vocab import DraftVocab
 
 D, V = 32, 50
 CFG = FeatDraftConfig(d_model=D, n_heads=4, d_ff=48, n_layers=1, vocab_size=12, target_vocab_size=V, max_context=64)
@@ -190,7 +190,7 @@ def test_tuning_in_the_eagle_math_fits_the_targets_tokens() -> None:
 
 
 def test_calibration_windows_per_text_are_capped() -> None:
-    from dspark_lsp.remote.eagle import calibration_ids
+    from dspark_lsp.drafts.eagle import calibration_ids
 
     class Tok:
         def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:

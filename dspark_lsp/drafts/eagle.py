@@ -394,6 +394,95 @@ def target_sequences(tmodel: Any, windows: list[list[int]], say: Any, label: str
 
 
 # --------------------------------------------------------------------------------------- export
+@dataclass
+class _Pair:
+    """The feature draft and what the export reads of its target."""
+
+    where: Path  # the draft's directory
+    model: Any  # FeatDraft
+    vocab: Any  # DraftVocab
+    target_name: str
+    target_dir: Path
+    target_config: dict[str, Any]
+    embed: Any  # the target's embedding table (fp32)
+    lm_head: Any  # the target's output head (fp32)
+
+
+def _load_pair(draft: str, target: str, cache_dir: str | None) -> _Pair:
+    """The feature draft ``draft`` and its target's config, embedding table and head, checked to fit."""
+    from dspark_lsp.drafts.io import is_feat_draft_dir, load_feat_draft, trained_draft_dir
+    from dspark_lsp.models.loader import resolve_model
+    from dspark_lsp.models.registry import pair_for
+
+    where = trained_draft_dir(draft) or Path(draft).expanduser()
+    if not is_feat_draft_dir(Path(where)):
+        raise UserError(f"{draft} is not a feature draft (no feat_config.json); only feature drafts export to EAGLE")
+    model, vocab, _meta = load_feat_draft(Path(where))
+    target_name = pair_for(target, None).target
+    target_dir = Path(resolve_model(target_name, cache_dir))
+    if not isinstance(resolve_model(target_name, cache_dir), Path):
+        raise UserError("the target must be a local model directory (a prepared model or a path)")
+    target_config = json.loads((target_dir / "config.json").read_text())
+    if int(target_config.get("hidden_size", -1)) != model.cfg.d_model:
+        raise UserError(f"the draft reads {model.cfg.d_model}-wide features; {target_name} has {target_config.get('hidden_size')}")
+    weights = _target_tensors(target_dir, ("model.embed_tokens.weight", "lm_head.weight"))
+    return _Pair(Path(where), model, vocab, target_name, target_dir, target_config,
+                 weights["model.embed_tokens.weight"], weights["lm_head.weight"])
+
+
+def _tune(pair: _Pair, state: dict[str, Any], cfg: dict[str, Any], tmodel: Any, tokenizer: Any,
+          held: list[tuple[Any, Any, Any]], say: Any, *, steps: int, tokens: int, lr: float
+          ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``state`` trained ``steps`` steps further in the EAGLE math on training text, and the report's
+    tuning entries (what was trained on, its loss, the held-out fidelity after it)."""
+    t0 = time.perf_counter()
+    # Two windows a file at most: the draw spreads over many files and languages (without the cap a
+    # single long header filled most of it).
+    windows_t = calibration_ids(tokenizer, tuning_texts(400, 0), tokens, per_text=2)
+    train = target_sequences(tmodel, windows_t, say, "tuning features")
+    state, losses = tune_state(state, cfg, pair.lm_head, train, steps=steps, lr=lr, progress=say)
+    tenth = max(1, len(losses) // 10)
+    tuning = Tuning(steps=steps, lr=lr, windows=len(train), tokens=sum(int(s[0].shape[0]) for s in train),
+                    loss_first=round(sum(losses[:tenth]) / tenth, 4), loss_last=round(sum(losses[-tenth:]) / tenth, 4),
+                    seconds=round(time.perf_counter() - t0, 1))
+    fidelity = measure(pair.model, pair.vocab, pair.embed, state, cfg, pair.lm_head, held)
+    return state, {"tuning": asdict(tuning), "fidelity_held_out_tuned": asdict(fidelity)}
+
+
+def _report(pair: _Pair, consts: Constants, fidelity: Fidelity, tuned: dict[str, Any], seconds: float
+            ) -> dict[str, Any]:
+    """dspark-eagle.json: what was exported from what, how faithful it is, and every difference."""
+    dropped = [n for n in ("block_size", "markov_rank", "confidence_head") if getattr(pair.model.cfg, n, 0)]
+    return {
+        "draft": str(pair.where),
+        "target": str(pair.target_dir),
+        "layout": "vLLM EAGLE-1 (EagleLlamaForCausalLM): method 'eagle'",
+        "constants": asdict(consts),
+        "fidelity_held_out": asdict(fidelity),
+        **tuned,
+        "dropped": dropped,
+        "seconds": round(seconds, 1),
+        "differences": [
+            "norm_e: exact (embed_tokens = the target's table with norm_e applied)",
+            "norm_f: weight folded into fc, 1/rms(f) replaced by constants.feature_scale",
+            "layer pre-attention norm: weight folded into q/k/v, 1/rms(x) replaced by constants.attn_scale",
+            "head: the target's lm_head on g (vLLM's EAGLE-1 has no head of its own); ours is a reduced-vocabulary head",
+            "block step / Markov / confidence heads: not expressible, dropped" if dropped else "no extra heads",
+            *(["tuned: every tensor but embed_tokens trained further in the EAGLE math (see tuning)"] if tuned else []),
+        ],
+    }
+
+
+def _write(out: Path, state: dict[str, Any], cfg: dict[str, Any], report: dict[str, Any]) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.to(torch.bfloat16).contiguous() for k, v in state.items()}, str(out / WEIGHTS), metadata={"format": "pt"})
+    (out / CONFIG).write_text(json.dumps(cfg, indent=2))
+    (out / REPORT).write_text(json.dumps(report, indent=2))
+
+
 def export_eagle(
     out: Path,
     *,
@@ -408,29 +497,15 @@ def export_eagle(
     tune_tokens: int = 16384,
     tune_lr: float = 5e-5,
 ) -> dict[str, Any]:
-    import torch
-    from safetensors.torch import save_file
-
-    from dspark_lsp.drafts.io import is_feat_draft_dir, load_feat_draft, trained_draft_dir
-    from dspark_lsp.models.loader import load_causal_lm, resolve_model
-    from dspark_lsp.models.registry import pair_for
+    """Convert the feature draft ``draft`` for ``target`` into ``out`` (see the module's docstring):
+    constants measured on half of the calibration windows, fidelity on the other half, then optionally
+    ``tune_steps`` of training in the EAGLE math. Returns the report it writes beside the checkpoint."""
+    from dspark_lsp.models.loader import load_causal_lm
 
     say = progress or (lambda message: None)
-    where = trained_draft_dir(draft) or Path(draft).expanduser()
-    if not is_feat_draft_dir(Path(where)):
-        raise UserError(f"{draft} is not a feature draft (no feat_config.json); only feature drafts export to EAGLE")
-    model, vocab, _meta = load_feat_draft(Path(where))
-    target_name = pair_for(target, None).target
-    target_dir = Path(resolve_model(target_name, cache_dir))
-    if not isinstance(resolve_model(target_name, cache_dir), Path):
-        raise UserError("the target must be a local model directory (a prepared model or a path)")
-    target_config = json.loads((target_dir / "config.json").read_text())
-    if int(target_config.get("hidden_size", -1)) != model.cfg.d_model:
-        raise UserError(f"the draft reads {model.cfg.d_model}-wide features; {target_name} has {target_config.get('hidden_size')}")
-    weights = _target_tensors(target_dir, ("model.embed_tokens.weight", "lm_head.weight"))
-    embed, lm_head = weights["model.embed_tokens.weight"], weights["lm_head.weight"]
-    say(f"loading {target_name} for its features")
-    tmodel, tokenizer = load_causal_lm(target_name, device="cpu", dtype=dtype, cache_root=cache_dir, pack="off")
+    pair = _load_pair(draft, target, cache_dir)
+    say(f"loading {pair.target_name} for its features")
+    tmodel, tokenizer = load_causal_lm(pair.target_name, device="cpu", dtype=dtype, cache_root=cache_dir, pack="off")
     root = corpus or Path(__file__).resolve().parents[2] / "bench" / "corpus"
     texts = corpus_texts(root)
     if not texts:
@@ -440,46 +515,16 @@ def export_eagle(
     started = time.perf_counter()
     seqs = target_sequences(tmodel, windows, say, "target features")
     calib, held = seqs[:half], seqs[half:] or seqs[:half]
-    consts = measure_constants(model, [f[:-1] for _i, f, _g in calib], [embed[i[1:]] for i, _f, _g in calib])
-    state = eagle_state(model, embed, consts)
-    cfg = eagle_config(model.cfg, target_config)
-    fidelity = measure(model, vocab, embed, state, cfg, lm_head, held)
-    dropped = [n for n in ("block_size", "markov_rank", "confidence_head") if getattr(model.cfg, n, 0)]
+    consts = measure_constants(pair.model, [f[:-1] for _i, f, _g in calib], [pair.embed[i[1:]] for i, _f, _g in calib])
+    state = eagle_state(pair.model, pair.embed, consts)
+    cfg = eagle_config(pair.model.cfg, pair.target_config)
+    fidelity = measure(pair.model, pair.vocab, pair.embed, state, cfg, pair.lm_head, held)
     tuned: dict[str, Any] = {}
     if tune_steps > 0:
-        t0 = time.perf_counter()
-        # Two windows a file at most: the draw spreads over many files and languages (without the cap a
-        # single long header filled most of it).
-        windows_t = calibration_ids(tokenizer, tuning_texts(400, 0), tune_tokens, per_text=2)
-        train = target_sequences(tmodel, windows_t, say, "tuning features")
-        state, losses = tune_state(state, cfg, lm_head, train, steps=tune_steps, lr=tune_lr, progress=say)
-        tenth = max(1, len(losses) // 10)
-        tuning = Tuning(steps=tune_steps, lr=tune_lr, windows=len(train), tokens=sum(int(s[0].shape[0]) for s in train),
-                        loss_first=round(sum(losses[:tenth]) / tenth, 4), loss_last=round(sum(losses[-tenth:]) / tenth, 4),
-                        seconds=round(time.perf_counter() - t0, 1))
-        tuned = {"tuning": asdict(tuning), "fidelity_held_out_tuned": asdict(measure(model, vocab, embed, state, cfg, lm_head, held))}
-    report = {
-        "draft": str(where),
-        "target": str(target_dir),
-        "layout": "vLLM EAGLE-1 (EagleLlamaForCausalLM): method 'eagle'",
-        "constants": asdict(consts),
-        "fidelity_held_out": asdict(fidelity),
-        **tuned,
-        "dropped": dropped,
-        "seconds": round(time.perf_counter() - started, 1),
-        "differences": [
-            "norm_e: exact (embed_tokens = the target's table with norm_e applied)",
-            "norm_f: weight folded into fc, 1/rms(f) replaced by constants.feature_scale",
-            "layer pre-attention norm: weight folded into q/k/v, 1/rms(x) replaced by constants.attn_scale",
-            "head: the target's lm_head on g (vLLM's EAGLE-1 has no head of its own); ours is a reduced-vocabulary head",
-            "block step / Markov / confidence heads: not expressible, dropped" if dropped else "no extra heads",
-            *(["tuned: every tensor but embed_tokens trained further in the EAGLE math (see tuning)"] if tuned else []),
-        ],
-    }
-    out.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.to(torch.bfloat16).contiguous() for k, v in state.items()}, str(out / WEIGHTS), metadata={"format": "pt"})
-    (out / CONFIG).write_text(json.dumps(cfg, indent=2))
-    (out / REPORT).write_text(json.dumps(report, indent=2))
+        state, tuned = _tune(pair, state, cfg, tmodel, tokenizer, held, say, steps=tune_steps, tokens=tune_tokens,
+                             lr=tune_lr)
+    report = _report(pair, consts, fidelity, tuned, time.perf_counter() - started)
+    _write(out, state, cfg, report)
     return report
 
 
