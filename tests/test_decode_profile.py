@@ -32,8 +32,10 @@ def test_target_only_rows_one_per_token_and_add_up(tiny_target: Any) -> None:
     _check_rows(run.rows, 6)
     assert run.rows[0].forward_ms > 0 and run.after_prefill["kv"]["length"] == len(PROMPT)
     assert run.after_prefill["torch_threads"] >= 1
-    # The seams are the decoder's own again afterwards.
+    # The seams are the decoder's own again afterwards (and the embedding's forward its class's).
     assert not any(name in vars(decoder) for name in ("_forward", "_round", "_prefill", "_emit"))
+    assert "forward" not in vars(tiny_target.get_input_embeddings())
+    assert all(r.embed_ms > 0 for r in run.rows)
 
 
 def test_profiled_rows_split_the_forward(tiny_target: Any) -> None:
@@ -60,6 +62,11 @@ def test_report_compares_loop_and_isolated_forward(tiny_target: Any) -> None:
     assert report["new_tokens"] == 5
     assert len(report["rows"]) == 2 and all(len(rows) == 5 for rows in report["rows"])
     assert report["isolated_forward_ms"] > 0 and report["loop_forward_over_isolated"] > 0
+    # An isolated forward was timed before every round (not before the prefill row), outside the row's wall.
+    for rows in report["rows"]:
+        assert rows[0]["paired_ms"] == 0 and all(r["paired_ms"] > 0 for r in rows[1:])
+        assert all(r["forward_ms"] + r["outside_ms"] <= r["wall_ms"] + 1e-3 for r in rows)
+    assert report["paired_forward_ratio"] > 0
     loop = report["loop_per_token_ms"]
     assert loop["forward_ms"] <= loop["wall_ms"]
     assert report["context_for_isolated"] == len(PROMPT) + 2

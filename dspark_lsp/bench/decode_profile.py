@@ -50,6 +50,7 @@ class Row:
     tokens: int = 0  # tokens this row added to the output
     wall_ms: float = 0.0
     forward_ms: float = 0.0  # inside target forwards (``_forward``, padding and logits copy included)
+    embed_ms: float = 0.0  # of which the input embedding lookup (a table read from its file may miss)
     draft_ms: float = 0.0
     accept_ms: float = 0.0
     rollback_ms: float = 0.0  # cropping the cache back after a verify
@@ -61,6 +62,9 @@ class Row:
     kv_ms: float = 0.0
     other_ops_ms: float = 0.0
     forward_python_ms: float = 0.0
+    # An isolated one-token forward on a cache of its own, timed just before this round (the pair arm;
+    # not part of the row's wall): the same moment's load for both.
+    paired_ms: float = 0.0
 
     @property
     def outside_ms(self) -> float:
@@ -121,9 +125,10 @@ def _kv_state(cache: Any) -> dict[str, Any]:
 class DecodeProbe:
     """Timers on one decoder's seams for the calls made while installed (``with probe.installed():``)."""
 
-    def __init__(self, decoder: Any, *, labels: bool = False) -> None:
+    def __init__(self, decoder: Any, *, labels: bool = False, paired: Callable[[], float] | None = None) -> None:
         self.decoder = decoder
         self.labels = labels  # torch.profiler labels around rows and forwards (the profiled pass)
+        self.paired = paired  # ms of an isolated forward, run before each round when given
         self.rows: list[Row] = []
         self.after_prefill: dict[str, Any] = {}
         self._row: Row | None = None
@@ -134,12 +139,28 @@ class DecodeProbe:
         names = ["_prefill", "_round", *_PARTS]
         for name in names:  # instance attributes shadow the class's methods; ``self._x(...)`` finds them
             setattr(self.decoder, name, self._wrap(name, getattr(self.decoder, name)))
+        get_emb = getattr(self.decoder.target, "get_input_embeddings", None)
+        emb = get_emb() if callable(get_emb) else None
+        if emb is not None:  # nn.Module.__call__ calls ``self.forward``: an instance attribute wins
+            emb.forward = self._timed_embed(emb.forward)
         try:
             yield self
         finally:
             self._close_row(time.perf_counter())
             for name in names:
                 delattr(self.decoder, name)
+            if emb is not None:
+                del emb.forward
+
+    def _timed_embed(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            out = fn(*args, **kwargs)
+            if self._row is not None:
+                self._row.embed_ms += (time.perf_counter() - t0) * 1000
+            return out
+
+        return timed
 
     def _open_row(self, t: float) -> None:
         self._close_row(t)
@@ -162,6 +183,7 @@ class DecodeProbe:
         part = _PARTS.get(name)
 
         def timed(*args: Any, **kwargs: Any) -> Any:
+            pair = self.paired() if name == "_round" and self.paired is not None else None
             t0 = time.perf_counter()
             if name in ("_prefill", "_round"):
                 self._open_row(t0)
@@ -179,6 +201,8 @@ class DecodeProbe:
             if name == "_emit" and row is not None:
                 row.tokens += len(state.generated) - before
             if name == "_round":
+                if pair is not None and row is not None:
+                    row.paired_ms = pair
                 self._close_row(t1)
             if name == "_prefill":
                 self.after_prefill = {**process_state(), "kv": _kv_state(state.cache)}
@@ -224,10 +248,12 @@ KeyFactory = Callable[[], Callable[[list[int]], bool]]
 
 
 def run_loop(decoder: Any, prompt: list[int], config: Any, *, draft: Any = None, eos: tuple[int, ...] = (),
-             key_factory: KeyFactory | None = None, profiled: bool = False) -> LoopRun:
+             key_factory: KeyFactory | None = None, profiled: bool = False,
+             paired: Callable[[], float] | None = None) -> LoopRun:
     """One ``decoder.generate`` call with the probe on; ``profiled``: under torch.profiler, rows split.
-    ``key_factory``: a fresh is-key rule per call (the bench makes a syntax tracker per call)."""
-    probe = DecodeProbe(decoder, labels=profiled)
+    ``key_factory``: a fresh is-key rule per call (the bench makes a syntax tracker per call);
+    ``paired``: an isolated forward timed before each round."""
+    probe = DecodeProbe(decoder, labels=profiled, paired=paired)
     is_key = key_factory() if key_factory is not None else None
     if draft is not None:
         draft.reset()
@@ -247,38 +273,45 @@ def run_loop(decoder: Any, prompt: list[int], config: Any, *, draft: Any = None,
     return LoopRun(probe.rows, list(res.tokens), probe.after_prefill, stats)
 
 
-def _isolated_ms(model: Any, context: int, repeats: int) -> float:
-    """Median plain wall ms of a one-token forward on a ``context``-token cache, as forward_profile does."""
-    from dspark_lsp.engine.kv import crop, forward, new_cache
+class IsolatedForward:
+    """One-token forwards on a ``context``-token cache of their own, as forward_profile times them
+    (synthetic ids, the cache cropped back after each)."""
 
-    vocab = int(getattr(model.config, "vocab_size", 1000))
-    ids = [(i * 7919) % min(vocab, 50_000) for i in range(context + 1)]
-    cache = new_cache(model)
-    forward(model, ids[:context], cache, keep=1)
-    forward(model, ids[context:], cache)
-    crop(cache, context)
-    times = []
-    for _ in range(repeats):
+    def __init__(self, model: Any, context: int) -> None:
+        from dspark_lsp.engine.kv import forward, new_cache
+
+        self.model, self.context = model, context
+        vocab = int(getattr(model.config, "vocab_size", 1000))
+        self.ids = [(i * 7919) % min(vocab, 50_000) for i in range(context + 1)]
+        self.cache = new_cache(model)
+        forward(model, self.ids[:context], self.cache, keep=1)
+        self()  # warm this shape once
+
+    def __call__(self) -> float:
+        from dspark_lsp.engine.kv import crop, forward
+
         t0 = time.perf_counter()
-        forward(model, ids[context:], cache)
-        times.append((time.perf_counter() - t0) * 1000)
-        crop(cache, context)
-    return statistics.median(times)
+        forward(self.model, self.ids[self.context :], self.cache)
+        ms = (time.perf_counter() - t0) * 1000
+        crop(self.cache, self.context)
+        return ms
+
+    def median(self, repeats: int) -> float:
+        return statistics.median(self() for _ in range(repeats))
 
 
 def _median_rows(runs: list[list[Row]], keys: tuple[str, ...]) -> dict[str, float]:
-    """Per-token medians over every decode row (row 0, the prefill, left out) of every run."""
+    """Per-token medians over every decode row (row 0, the prefill, left out) of every run (``paired_ms``,
+    one isolated forward per round, is not divided by the round's tokens)."""
     rows = [r for rows in runs for r in rows[1:] if r.tokens > 0]
     if not rows:
         return {}
-    out = {}
-    for k in keys:
-        out[k] = round(statistics.median(getattr(r, k) / r.tokens for r in rows), 3)
-    return out
+    return {k: round(statistics.median(getattr(r, k) / (1 if k == "paired_ms" else r.tokens) for r in rows), 3)
+            for k in keys}
 
 
-_PLAIN_KEYS = ("wall_ms", "forward_ms", "outside_ms", "draft_ms", "accept_ms", "rollback_ms", "record_ms",
-               "emit_ms", "loop_python_ms")
+_PLAIN_KEYS = ("wall_ms", "forward_ms", "paired_ms", "embed_ms", "outside_ms", "draft_ms", "accept_ms",
+               "rollback_ms", "record_ms", "emit_ms", "loop_python_ms")
 _PROF_KEYS = ("wall_ms", "forward_ms", "products_ms", "attention_ms", "kv_ms", "other_ops_ms",
               "forward_python_ms", "outside_ms", "loop_python_ms")
 
@@ -292,14 +325,19 @@ def profile_decode(decoder: Any, prompt: list[int], config: Any, *, draft: Any =
     loop_runs: list[LoopRun] = []
     isolated: list[float] = []
     context = len(prompt) + max(1, config.max_new_tokens // 2)
+    iso_forward = IsolatedForward(model, context)
     for _ in range(repeats):
-        loop_runs.append(run_loop(decoder, prompt, config, draft=draft, eos=eos, key_factory=key_factory))
-        isolated.append(_isolated_ms(model, context, forward_repeats))
+        loop_runs.append(run_loop(decoder, prompt, config, draft=draft, eos=eos, key_factory=key_factory,
+                                  paired=iso_forward))
+        isolated.append(iso_forward.median(forward_repeats))
+    del iso_forward  # its cache, before the profiled pass
     prof_run = run_loop(decoder, prompt, config, draft=draft, eos=eos, key_factory=key_factory,
                         profiled=True)
     iso_prof = profile_forward(model, 1, context=context, repeats=forward_repeats)
     loop = _median_rows([r.rows for r in loop_runs], _PLAIN_KEYS)
     iso = statistics.median(isolated)
+    pairs = [r.forward_ms / r.tokens / r.paired_ms for run in loop_runs for r in run.rows[1:]
+             if r.tokens and r.paired_ms > 0]
     return {
         "prompt_tokens": len(prompt),
         "new_tokens": len(loop_runs[0].tokens),
@@ -310,6 +348,10 @@ def profile_decode(decoder: Any, prompt: list[int], config: Any, *, draft: Any =
         "isolated_forward_runs_ms": [round(x, 3) for x in isolated],
         "loop_forward_over_isolated": round(loop["forward_ms"] / iso, 3) if loop and iso else None,
         "loop_wall_over_isolated": round(loop["wall_ms"] / iso, 3) if loop and iso else None,
+        # Each round's forward over the isolated forward timed just before it: the tightest interleave.
+        "paired_forward_ratio": round(statistics.median(pairs), 3) if pairs else None,
+        "paired_isolated_ms": round(statistics.median(r.paired_ms for run in loop_runs for r in run.rows[1:]
+                                                      if r.paired_ms > 0), 3) if pairs else None,
         "profiled_loop_per_token_ms": _median_rows([prof_run.rows], _PROF_KEYS),
         "profiled_isolated_forward_ms": iso_prof,
         "stats": [r.stats for r in loop_runs],
@@ -355,6 +397,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prompt-index", type=int, default=0)
     p.add_argument("--corpus", default=str(Path(__file__).resolve().parents[2] / "bench" / "corpus"))
     p.add_argument("--repeats", type=int, default=3, help="plain loop runs (each followed by isolated forwards)")
+    p.add_argument("--ignore-eos", action="store_true", help="always generate --tokens tokens")
     p.add_argument("--calibrate", action="store_true", help="measure the verify curve and padding as the bench does")
     p.add_argument("--dtype", default="auto")
     p.add_argument("--threads", type=int, default=0)
@@ -386,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
 
             return is_key
 
-    eos = tuple(service.fim.eos_ids)
+    eos = () if args.ignore_eos else tuple(service.fim.eos_ids)
     report = profile_decode(service.decoder, ids, config, draft=draft, eos=eos, key_factory=key_factory,
                             repeats=args.repeats)
     report.update(model=args.model, mode=args.mode, pad_to=pad_to, weights=service.weights,
@@ -408,7 +451,8 @@ def _print(r: dict[str, Any]) -> None:
     print("per token (ms, median over decode rows): " + ", ".join(f"{k[:-3]} {v:.2f}" for k, v in loop.items()))
     print(f"isolated one-token forward (context {r['context_for_isolated']}): {r['isolated_forward_ms']:.2f} "
           f"(runs {r['isolated_forward_runs_ms']}); loop forward / isolated {r['loop_forward_over_isolated']}, "
-          f"loop wall / isolated {r['loop_wall_over_isolated']}")
+          f"loop wall / isolated {r['loop_wall_over_isolated']}; paired per round: isolated "
+          f"{r['paired_isolated_ms']}, loop forward / paired isolated (median) {r['paired_forward_ratio']}")
     print("profiled loop per token: " + ", ".join(f"{k[:-3]} {v:.2f}" for k, v in prof.items()))
     iso = r["profiled_isolated_forward_ms"]
     print("profiled isolated forward: " + ", ".join(f"{k} {v:.2f}" for k, v in iso.items()))
