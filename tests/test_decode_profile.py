@@ -67,6 +67,7 @@ def test_report_compares_loop_and_isolated_forward(tiny_target: Any) -> None:
         assert rows[0]["paired_ms"] == 0 and all(r["paired_ms"] > 0 for r in rows[1:])
         assert all(r["forward_ms"] + r["outside_ms"] <= r["wall_ms"] + 1e-3 for r in rows)
     assert report["paired_forward_ratio"] > 0
+    assert report["first_prefill"]["rss_after_mb"] > 0 and report["after_prefill"]["kv"]["capacity"] >= len(PROMPT)
     loop = report["loop_per_token_ms"]
     assert loop["forward_ms"] <= loop["wall_ms"]
     assert report["context_for_isolated"] == len(PROMPT) + 2

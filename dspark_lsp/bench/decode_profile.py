@@ -131,6 +131,7 @@ class DecodeProbe:
         self.paired = paired  # ms of an isolated forward, run before each round when given
         self.rows: list[Row] = []
         self.after_prefill: dict[str, Any] = {}
+        self.before_prefill: dict[str, Any] = {}
         self._row: Row | None = None
         self._row_label: Any = None
 
@@ -184,6 +185,8 @@ class DecodeProbe:
 
         def timed(*args: Any, **kwargs: Any) -> Any:
             pair = self.paired() if name == "_round" and self.paired is not None else None
+            if name == "_prefill":
+                self.before_prefill = process_state()
             t0 = time.perf_counter()
             if name in ("_prefill", "_round"):
                 self._open_row(t0)
@@ -205,7 +208,11 @@ class DecodeProbe:
                     row.paired_ms = pair
                 self._close_row(t1)
             if name == "_prefill":
-                self.after_prefill = {**process_state(), "kv": _kv_state(state.cache)}
+                after = process_state()
+                rss0, rss1 = self.before_prefill.get("rss_mb"), after.get("rss_mb")
+                self.after_prefill = {**after, "kv": _kv_state(state.cache),
+                                      "rss_before_mb": rss0, "rss_added_mb": None if rss0 is None or rss1 is None
+                                      else round(rss1 - rss0, 1)}
             return out
 
         return timed
@@ -325,7 +332,11 @@ def profile_decode(decoder: Any, prompt: list[int], config: Any, *, draft: Any =
     loop_runs: list[LoopRun] = []
     isolated: list[float] = []
     context = len(prompt) + max(1, config.max_new_tokens // 2)
+    # The process's first prefill is the isolated arm's (the service's load runs none): what it leaves
+    # resident (the kernel's kept prefill buffers, oneDNN's primitives, the KV buffers) shows here.
+    at_start = process_state()
     iso_forward = IsolatedForward(model, context)
+    after_first = process_state()
     for _ in range(repeats):
         loop_runs.append(run_loop(decoder, prompt, config, draft=draft, eos=eos, key_factory=key_factory,
                                   paired=iso_forward))
@@ -343,6 +354,8 @@ def profile_decode(decoder: Any, prompt: list[int], config: Any, *, draft: Any =
         "new_tokens": len(loop_runs[0].tokens),
         "context_for_isolated": context,
         "after_prefill": loop_runs[0].after_prefill,
+        "first_prefill": {"rss_before_mb": at_start["rss_mb"], "rss_after_mb": after_first["rss_mb"],
+                          "os_threads_before": at_start["os_threads"], "os_threads_after": after_first["os_threads"]},
         "loop_per_token_ms": loop,
         "isolated_forward_ms": round(iso, 3),
         "isolated_forward_runs_ms": [round(x, 3) for x in isolated],
@@ -444,7 +457,11 @@ def _print(r: dict[str, Any]) -> None:
     st = r["after_prefill"]
     print(f"model={r['model']} mode={r['mode']} weights={r['weights']} prompt={r['prompt_tokens']} "
           f"new={r['new_tokens']} pad_to={r['pad_to']} load={tuple(round(x, 2) for x in r['load_avg'])}")
-    print(f"after prefill: rss {st.get('rss_mb')} MB (peak {st.get('peak_rss_mb')}), os threads "
+    fp = r["first_prefill"]
+    print(f"the process's first prefill: rss {fp['rss_before_mb']} -> {fp['rss_after_mb']} MB, os threads "
+          f"{fp['os_threads_before']} -> {fp['os_threads_after']}")
+    print(f"after a loop's prefill: rss {st.get('rss_mb')} MB (+{st.get('rss_added_mb')} in it; "
+          f"peak {st.get('peak_rss_mb')}), os threads "
           f"{st.get('os_threads')}, torch threads {st.get('torch_threads')}, affinity {st.get('affinity')}, "
           f"kv {st.get('kv')}, prefill_bf16 {st.get('prefill_bf16')}, env {st.get('env')}")
     loop, prof = r["loop_per_token_ms"], r["profiled_loop_per_token_ms"]
