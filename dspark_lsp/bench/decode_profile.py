@@ -12,8 +12,9 @@ A second, profiled pass (torch.profiler, which inflates every op a little) split
 into the quantized products including the LM head (``dspark_q::*``, which in the native decode path is
 the whole C++ layer: its attention and cache writes are loops inside that op, not ops of their own),
 attention, KV writes, other ops, and what no op accounts for (Python and dispatch). In the same process,
-alternated with the loop, an isolated one-token forward on a cache of the same length is timed as
-`bench.forward_profile` times it, so the two per-token costs compare directly.
+an isolated one-token forward on a cache of its own, as long as the loop's middle token sees, is timed as
+`bench.forward_profile` times it: once before every round (``paired_ms``, so each token's forward has a
+twin taken under the same moment's load) and in a burst after each loop run.
 """
 
 from __future__ import annotations
@@ -275,8 +276,11 @@ def run_loop(decoder: Any, prompt: list[int], config: Any, *, draft: Any = None,
     if profiled:
         split_forwards(prof, probe.rows)
     st = res.stats
+    rss_prefill = probe.after_prefill.get("rss_mb")
+    rss_end = process_state()["rss_mb"]  # after the decode: what its rounds added on top of the prefill
     stats = {"t_prefill_ms": round(st.t_prefill * 1000, 1), "t_total_ms": round(st.t_total * 1000, 1),
-             "target_forwards": st.target_forwards, "stop_reason": st.stop_reason}
+             "target_forwards": st.target_forwards, "stop_reason": st.stop_reason,
+             "rss_after_prefill_mb": rss_prefill, "rss_after_decode_mb": rss_end}
     return LoopRun(probe.rows, list(res.tokens), probe.after_prefill, stats)
 
 
@@ -465,6 +469,8 @@ def _print(r: dict[str, Any]) -> None:
           f"{st.get('os_threads')}, torch threads {st.get('torch_threads')}, affinity {st.get('affinity')}, "
           f"kv {st.get('kv')}, prefill_bf16 {st.get('prefill_bf16')}, env {st.get('env')}")
     loop, prof = r["loop_per_token_ms"], r["profiled_loop_per_token_ms"]
+    print("rss after prefill -> after decode, per plain run (MB): "
+          + ", ".join(f"{s['rss_after_prefill_mb']} -> {s['rss_after_decode_mb']}" for s in r["stats"]))
     print("per token (ms, median over decode rows): " + ", ".join(f"{k[:-3]} {v:.2f}" for k, v in loop.items()))
     print(f"isolated one-token forward (context {r['context_for_isolated']}): {r['isolated_forward_ms']:.2f} "
           f"(runs {r['isolated_forward_runs_ms']}); loop forward / isolated {r['loop_forward_over_isolated']}, "
