@@ -56,6 +56,20 @@ def test_every_cited_docs_page_exists() -> None:
     assert sorted(missing) == []
 
 
+def test_every_cited_document_name_exists() -> None:
+    # A bare name ("see KERNEL.md", "its MODEL_CARD.md") must be some document the repository has; the
+    # dated results under bench/results may name documents of their time.
+    have = {path.name for path in ROOT.rglob("*.md") if not SKIP_PARTS & set(path.parts)}
+    missing = set()
+    for path in _scanned_files():
+        if path.is_relative_to(ROOT / "bench" / "results"):
+            continue
+        for name in re.findall(r"(?<![\w.])([A-Z][A-Z_]*\.md)\b", path.read_text(encoding="utf-8", errors="replace")):
+            if name not in have:
+                missing.add(f"{path.relative_to(ROOT)}: {name}")
+    assert sorted(missing) == []
+
+
 @pytest.mark.parametrize("page", MARKDOWN, ids=lambda p: str(p.relative_to(ROOT)))
 def test_relative_links_and_anchors_resolve(page: Path) -> None:
     broken = []

@@ -276,7 +276,7 @@ def relative_cost(src: TrainedDraftSource, model_dir: str, context: int = 256, r
             "ratio_par4_vs_target_1": round(med["draft_par4"] / med["target_1"], 4)}
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m dspark_lsp.bench.acceptance")
     ap.add_argument("--set", default="runs/heldout_target.json", help="cached target continuations (JSON)")
     ap.add_argument("--make-set", action="store_true", help="run the target to (re)build --set")
@@ -298,58 +298,81 @@ def main(argv: list[str] | None = None) -> int:
                     help="--make-set through our engine with this many prompts per language, e.g. "
                          "python=20,javascript=20,c=10,cpp=10,typescript=10 (held-out files of every root)")
     ap.add_argument("--target-dtype", default="float32", help="the target's dtype (gguf: the 4-bit target)")
-    a = ap.parse_args(argv)
+    return ap
+
+
+def make_set(a: argparse.Namespace, path: Path) -> None:
+    """--make-set: run the target once over held-out prompts and cache its continuations at ``path``."""
+    if a.languages:
+        per = {k: int(v) for k, v in (part.split("=") for part in a.languages.split(","))}
+        from dspark_lsp.models.loader import resolve_model
+
+        tok_dir = str(resolve_model(a.target))
+        pairs = heldout_prompts_by_language(tok_dir, per, a.seed)
+        data = engine_continuations(a.target, pairs, a.max_new_tokens, a.target_dtype, a.threads)
+    else:
+        prompts = heldout_prompts(a.target, a.prompts, a.seed)
+        data = target_continuations(a.target, prompts, a.max_new_tokens, a.threads)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+
+
+def load_set(path: Path, limit: int) -> dict[str, Any]:
+    if not path.is_file():
+        raise UserError(f"no acceptance set at {path}: build it with --make-set")
+    data: dict[str, Any] = json.loads(path.read_text())
+    if limit:
+        data["items"] = data["items"][:limit]
+    return data
+
+
+def cli_draft(a: argparse.Namespace, data: dict[str, Any]) -> tuple[DraftSource, list[torch.Tensor] | None]:
+    """The draft the flags name (n-gram lookup, or a trained draft, optionally behind lookup), and the
+    target features a feature draft replays with."""
+    if a.draft == "ngram":
+        return build_draft(DraftSpec("ngram")), None
+    src: DraftSource
+    src, feats = replay_draft(a.draft, data, a.target, a.threads, a.features_cache)
+    if a.hybrid:
+        src = with_lookup(src, LookupSpec(max_ngram=4, min_ngram=1, min_confidence=a.hybrid_min_conf))
+    return src, feats
+
+
+def report(a: argparse.Namespace, data: dict[str, Any], src: DraftSource,
+           feats: list[torch.Tensor] | None) -> dict[str, object]:
+    """Score every mode, and time a trained draft's forwards; prints each part as it is measured."""
+    result: dict[str, object] = {"draft": a.draft, "prompts": len(data["items"]),
+                                 "target_tokens": sum(len(it["target"]) for it in data["items"])}
+    for mode in MODES:
+        s = score(src, data, mode, a.k, feats)
+        result[mode] = s.__dict__
+        print(json.dumps(s.__dict__))
+    if not isinstance(src, TrainedDraftSource):
+        return result
+    result["draft_forward_ms"] = forward_cost_ms(src)
+    print(json.dumps(result["draft_forward_ms"]))
+    if a.cost:
+        result["relative_cost"] = relative_cost(src, a.target)
+        print(json.dumps(result["relative_cost"]))
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
     try:
         path = Path(a.set)
-        if a.make_set and a.languages:
-            per = {k: int(v) for k, v in (part.split("=") for part in a.languages.split(","))}
-            from dspark_lsp.models.loader import resolve_model
-
-            tok_dir = str(resolve_model(a.target))
-            pairs = heldout_prompts_by_language(tok_dir, per, a.seed)
-            data = engine_continuations(a.target, pairs, a.max_new_tokens, a.target_dtype, a.threads)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(data))
-        elif a.make_set:
-            prompts = heldout_prompts(a.target, a.prompts, a.seed)
-            data = target_continuations(a.target, prompts, a.max_new_tokens, a.threads)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(data))
-        if not path.is_file():
-            raise UserError(f"no acceptance set at {path}: build it with --make-set")
-        data = json.loads(path.read_text())
-        if a.limit:
-            data["items"] = data["items"][: a.limit]
+        if a.make_set:
+            make_set(a, path)
+        data = load_set(path, a.limit)
         torch.set_num_threads(a.threads)
-        feats: list[torch.Tensor] | None = None
-        if a.draft == "ngram":
-            src: DraftSource = build_draft(DraftSpec("ngram"))
-        else:
-            src, feats = replay_draft(a.draft, data, a.target, a.threads, a.features_cache)
-            if a.hybrid:
-                src = with_lookup(src, LookupSpec(max_ngram=4, min_ngram=1, min_confidence=a.hybrid_min_conf))
-        result: dict[str, object] = {"draft": a.draft, "prompts": len(data["items"]),
-                                     "target_tokens": sum(len(it["target"]) for it in data["items"])}
-        for mode in MODES:
-            s = score(src, data, mode, a.k, feats)
-            result[mode] = s.__dict__
-            print(json.dumps(s.__dict__))
-        if not isinstance(src, TrainedDraftSource):
-            if a.json:
-                Path(a.json).write_text(json.dumps(result, indent=2))
-            return 0
-        result["draft_forward_ms"] = forward_cost_ms(src)
-        print(json.dumps(result["draft_forward_ms"]))
-        if a.cost:
-            result["relative_cost"] = relative_cost(src, a.target)
-            print(json.dumps(result["relative_cost"]))
+        src, feats = cli_draft(a, data)
+        result = report(a, data, src, feats)
         if a.json:
             Path(a.json).write_text(json.dumps(result, indent=2))
         return 0
     except UserError as exc:
         print(f"dspark-lsp: error: {exc}", file=sys.stderr)
         return exc.exit_code
-
 
 if __name__ == "__main__":
     sys.exit(main())

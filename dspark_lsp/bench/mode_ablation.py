@@ -204,7 +204,7 @@ def ablation_variants(where: Path, target: Any, wrap: Any) -> dict[str, Variant]
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m dspark_lsp.bench.mode_ablation", description=__doc__.split("\n")[0])
     ap.add_argument("--set", required=True, help="held-out set: JSON with items of {prompt, target} token ids")
     ap.add_argument("--draft", default="dspark-draft-qwc05")
@@ -225,7 +225,23 @@ def main(argv: list[str] | None = None) -> int:
                     help="a block drafter's ablation (docs/ALGORITHM.md): AR, block with and without its Markov head, "
                          "syntax-cut (semi), the confidence head on and off, and a fixed k")
     ap.add_argument("--no-lookup", action="store_true", help="the draft alone, without n-gram lookup in front")
-    args = ap.parse_args(argv)
+    return ap
+
+
+@dataclass
+class AblationInputs:
+    """What one ablation replays: the held-out set, its tokenizer, the verify-cost curve, and either one
+    draft (the three modes) or the named variants of a block drafter (``--variants``)."""
+
+    data: dict[str, Any]
+    tokenizer: Any
+    cost: dict[int, float]
+    draft: DraftSource | None
+    variants: dict[str, Variant] | None
+    features: list[Any] | None
+
+
+def load_inputs(args: argparse.Namespace) -> AblationInputs:
     try:
         from transformers import AutoTokenizer
 
@@ -260,17 +276,26 @@ def main(argv: list[str] | None = None) -> int:
             draft = wrap(src)
     except (OSError, ValueError, KeyError) as exc:
         raise UserError(f"mode ablation: {exc}") from exc
-    totals = run(list(data["items"]), tokenizer, draft, cost, features=features, alternates=args.alternates,
-                 variants=variants)
+    return AblationInputs(data, tokenizer, cost, draft, variants, features)
+
+
+def print_report(totals: dict[str, ModeTotals], json_path: str | None) -> None:
     report = {m: t.as_dict() for m, t in totals.items()}
     for m, r in report.items():
         langs = ", ".join(f"{k} {v['est_tokens_per_s']}" for k, v in r["by_language"].items())
         print(f"{m:9s} tokens/forward {r['tokens_per_forward']:.3f}  draft forwards {r['draft_forwards']:4d}  "
               f"est. decode tok/s {r['est_tokens_per_s']:.2f}  ({langs})")
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2))
-    return 0
+    if json_path:
+        Path(json_path).write_text(json.dumps(report, indent=2))
 
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    inp = load_inputs(args)
+    totals = run(list(inp.data["items"]), inp.tokenizer, inp.draft, inp.cost, features=inp.features,
+                 alternates=args.alternates, variants=inp.variants)
+    print_report(totals, args.json)
+    return 0
 
 if __name__ == "__main__":
     try:

@@ -149,7 +149,7 @@ def get_pair(name: str) -> PairSpec:
 
 
 def pair_for(model: str, draft: str | None = None) -> PairSpec:
-    """The pair the settings ``model`` / ``draftModel`` describe (see ARCHITECTURE.md, LSP settings).
+    """The pair the settings ``model`` / ``draftModel`` describe (see docs/ARCHITECTURE.md, LSP settings).
 
     ``model`` may be a pair name, or anything else a loader accepts (registry model name, local dir,
     HF id): the latter becomes an ad-hoc pair with n-gram drafting. ``draft`` overrides the draft:
