@@ -109,11 +109,17 @@ def build_fim_prompt(
     FIM arrangement, prefix-suffix-middle or suffix-prefix-middle."""
     if not 0 <= offset <= len(text):
         raise ValueError(f"offset {offset} outside the document (length {len(text)})")
-    budget = max(8, context_window - 3)  # three FIM marker tokens
+    head_text, head_ids, files = _context_part(context, tokenizer) if context is not None else ("", [], ())
+    # The file's window also gets what the other files leave of their budget: at equal prompt length the
+    # current file's own text is worth more than nothing (measured: a short definition beside a 768-token
+    # window lost holes a 1,024-token window got right). The prompt then stays contextWindow +
+    # contextBudget tokens whatever the context holds; its window start moves only when the context does,
+    # which already invalidates every cached token after it.
+    spare = max(0, context.budget - len(head_ids)) if context is not None else 0
+    budget = max(8, context_window + spare - 3)  # three FIM marker tokens
     prefix_text, suffix_text = text[:offset], text[offset:]
     used_suffix, suffix_ids = _suffix_part(suffix_text, tokenizer, int(budget * (1.0 - prefix_share)))
     used_prefix, prefix_ids = _prefix_part(prefix_text, tokenizer, budget - len(suffix_ids))
-    head_text, head_ids, files = _context_part(context, tokenizer) if context is not None else ("", [], ())
     if context is not None and not context.format.native and head_text:
         # The plain fallback: the context is text before the prefix, inside the FIM part.
         fim_prefix_text, fim_prefix_ids = head_text + used_prefix, head_ids + prefix_ids

@@ -97,3 +97,28 @@ def test_spm_keeps_the_prompt_head_while_typing(tiny_tokenizer: Any, fim: FimTok
     assert spm[0].text.endswith(f"{fim.suffix}{DOC[OFFSET:]}{fim.prefix}{DOC[:OFFSET]}{fim.middle}")
     assert shared(spm[0].ids, spm[1].ids) >= len(spm[0].ids) - 4
     assert shared(psm[0].ids, psm[1].ids) < len(psm[0].ids) - spm[0].suffix_tokens
+
+
+def test_the_window_takes_what_the_context_leaves(tiny_tokenizer: Any, fim: FimTokens) -> None:
+    """The prompt is contextWindow + contextBudget tokens at most, whatever the context holds: a short
+    definition leaves the rest of its budget to the current file's window (at equal prompt length the
+    file's own text beats an unused budget), none at all gives the file all of it."""
+    fmt = detect_repo_format(tiny_tokenizer)
+    long_doc = "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(400))
+    at = len(long_doc) // 2
+    window, budget = 128, 96
+
+    def file_tokens(ctx: PromptContext | None) -> tuple[int, int]:
+        fp = build_fim_prompt(long_doc, at, tiny_tokenizer, fim, context_window=window, context=ctx)
+        assert len(fp.ids) <= window + budget
+        return fp.prefix_tokens + fp.suffix_tokens, fp.context_tokens
+
+    alone, _ = file_tokens(None)
+    empty, none_used = file_tokens(PromptContext((), budget, "m.py", "d", fmt))
+    short, used = file_tokens(PromptContext(FILES[1:], budget, "m.py", "d", fmt))
+    assert none_used == 0 and 0 < used < budget
+    assert alone <= window - 3 < short <= empty <= window + budget - 3
+    # Whole lines, the start snapped to a 16-line block: a window may stop up to one block short of its
+    # budget, never more.
+    block = len(encode(tiny_tokenizer, "".join(long_doc.splitlines(keepends=True)[:16])))
+    assert empty > window + budget - 3 - block and short > window + budget - used - 3 - block
