@@ -40,10 +40,14 @@ class ServiceConfig:
     context_window: int = 768
     prefix_share: float = 0.9
     # Tokens of other files' context (open documents' chunks, imported definitions) before the FIM part,
-    # on top of context_window; 0 = none. Which sources feed it: context_open_files / _definitions.
+    # on top of context_window (what they leave unused widens the window); 0 = none. Which sources feed
+    # it: context_open_files / _definitions (in context_definition_languages).
     context_budget: int = 256
-    context_open_files: bool = True
+    # Sources on by default only where they earned it on eval --repo (2026-12-04, docs/CONTEXT.md):
+    # definitions in Python; open-document chunks nowhere. What the sources leave unused goes to the window.
+    context_open_files: bool = False
     context_definitions: bool = True
+    context_definition_languages: str = "python"
     # The FIM arrangement: psm (prefix, suffix, middle) or spm (suffix first: typing then changes only
     # the prompt's end, so more of its KV is reused).
     fim_order: str = "psm"

@@ -232,7 +232,8 @@ SETTINGS: tuple[Setting, ...] = (
         "integer",
         256,
         "Tokens of other files (chunks of open documents, definitions of imported names) put before the "
-        "current file in the prompt, on top of `contextWindow`. 0: the current file only.",
+        "current file in the prompt, on top of `contextWindow`; what they leave unused widens the current "
+        "file's window. 0: the current file only.",
         markdown=True,
         minimum=0,
         maximum=8192,
@@ -240,15 +241,30 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "contextOpenFiles",
         "boolean",
-        True,
-        "Let chunks of the other open (and recently edited) documents into the context.",
+        False,
+        "Let chunks of the other open (and recently edited) documents into the context. Off by default: "
+        "on the repository-level set they added no exact matches beside the definitions and cost edit "
+        "similarity (docs/CONTEXT.md).",
     ),
     Setting(
         "contextDefinitions",
         "boolean",
         True,
         "Let the definitions of imported names used near the cursor (read from open documents and the "
-        "workspace folders) into the context.",
+        "workspace folders) into the context, in the languages `contextDefinitionLanguages` names.",
+        markdown=True,
+    ),
+    Setting(
+        "contextDefinitionLanguages",
+        "string",
+        "python",
+        "Languages whose completions get imported definitions (comma-separated language ids, or `*` for "
+        "every language with import queries: c, cpp, go, java, javascript, python, rust, tsx, typescript). "
+        "Default python: measured on the repository-level set, definitions helped Python and cost "
+        "TypeScript; elsewhere the budget goes to the current file's window.",
+        markdown=True,
+        pattern=r"\*|[a-z]+( *, *[a-z]+)*",
+        hint="comma-separated language ids, or *",
     ),
     Setting(
         "warmUp",

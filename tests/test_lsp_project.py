@@ -61,3 +61,42 @@ def test_sticky_keeps_order_within_a_block_and_starts_over_in_another() -> None:
     assert project._sticky("u", 0, (b, a, c)) == (a, b, c)  # a re-ranking does not reorder; c is new
     assert project._sticky("u", 0, (c, b)) == (b, c)  # a dropped piece goes, the rest keep their order
     assert project._sticky("u", 1, (c, a)) == (c, a)  # another block: as gathered
+
+
+@dataclass
+class LangCfg(Cfg):
+    context_open_files: bool = False
+    context_definition_languages: str = "python"
+
+
+def test_definitions_only_for_the_languages_the_setting_names(tmp_path: Path) -> None:
+    """contextDefinitionLanguages: a TypeScript file gets no definitions under the default "python" (they
+    cost TypeScript on the repository-level set), and gets them under "*" or a list naming it."""
+    (tmp_path / "util.py").write_text("def add(a, b):\n    return a + b\n", encoding="utf-8")
+    (tmp_path / "util.ts").write_text("export function add(a: number, b: number): number {\n  return a + b\n}\n",
+                                      encoding="utf-8")  # fmt: skip
+    project = ProjectContext()
+    project.set_roots([tmp_path.as_uri()])
+    assert project.workspace is not None and project.workspace.wait(10)
+    py_doc, ts_doc = "from util import add\n\nadd(", 'import { add } from "./util"\n\nadd('
+    py_uri, ts_uri = (tmp_path / "main.py").as_uri(), (tmp_path / "main.ts").as_uri()
+
+    def paths(uri: str, doc: str, lang: str, cfg: Cfg) -> list[str]:
+        return [p.path for p in project.for_request(uri, doc, len(doc), lang, cfg).context]
+
+    assert paths(py_uri, py_doc, "python", LangCfg()) == ["util.py"]
+    assert paths(ts_uri, ts_doc, "typescript", LangCfg()) == []
+    assert paths(ts_uri, ts_doc, "typescript", LangCfg(context_definition_languages="*")) == ["util.ts"]
+    assert paths(ts_uri, ts_doc, "typescript", LangCfg(context_definition_languages="go, typescript")) == ["util.ts"]
+    assert paths(py_uri, py_doc, "python", LangCfg(context_definition_languages="typescript")) == []
+    project.close()
+
+
+def test_a_bad_language_list_is_refused_with_its_default() -> None:
+    from dspark_lsp.settings_schema import validate
+
+    kept, problems = validate({"contextDefinitionLanguages": "Python!"})
+    assert kept == {} and problems == [
+        'dspark.contextDefinitionLanguages must be comma-separated language ids, or *, got "Python!"; using "python"'
+    ]
+    assert validate({"contextDefinitionLanguages": "python, go"}) == ({"contextDefinitionLanguages": "python, go"}, [])

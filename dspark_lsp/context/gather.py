@@ -28,10 +28,25 @@ DEFINITION_SHARE = 0.5
 class ContextSettings:
     open_files: bool = True
     definitions: bool = True
+    # Languages whose completions get definitions; None = every language.
+    definition_languages: frozenset[str] | None = None
 
     @property
     def any(self) -> bool:
         return self.open_files or self.definitions
+
+    def defines(self, language: str | None) -> bool:
+        """Whether a completion in ``language`` gets definitions."""
+        if not self.definitions or language is None:
+            return False
+        return self.definition_languages is None or language in self.definition_languages
+
+
+def parse_languages(value: str) -> frozenset[str] | None:
+    """The `contextDefinitionLanguages` setting: "*" = every language (None), else the named ids."""
+    if value.strip() == "*":
+        return None
+    return frozenset(name.strip() for name in value.split(",") if name.strip())
 
 
 def gather_context(
@@ -52,7 +67,7 @@ def gather_context(
         return ()
     budget = budget_tokens * CHARS_PER_TOKEN
     definitions: list[ContextFile] = []
-    if settings.definitions and lookup is not None and language is not None:
+    if settings.defines(language) and lookup is not None and language is not None:
         from dspark_lsp.context.definitions import definitions_for
 
         share = budget if not settings.open_files else int(budget * DEFINITION_SHARE)

@@ -19,7 +19,7 @@ from typing import Any
 
 from pygls.uris import to_fs_path
 
-from dspark_lsp.context.gather import ContextSettings, gather_context
+from dspark_lsp.context.gather import ContextSettings, gather_context, parse_languages
 from dspark_lsp.context.ring import ChunkRing
 from dspark_lsp.context.types import ContextFile
 
@@ -148,15 +148,16 @@ class ProjectContext:
         if budget <= 0:
             return base
         settings = ContextSettings(
-            open_files=bool(getattr(config, "context_open_files", True)),
+            open_files=bool(getattr(config, "context_open_files", False)),
             definitions=bool(getattr(config, "context_definitions", True)),
+            definition_languages=parse_languages(str(getattr(config, "context_definition_languages", "*"))),
         )
         self._flush(exclude=name)
         from dspark_lsp.syntax import detect_language
 
         lang = detect_language(str(_fs_path(uri) or name), language)
         try:
-            lookup = self.lookup() if settings.definitions else None
+            lookup = self.lookup() if settings.defines(lang) else None
             pieces = gather_context(text, offset, name, lang, ring=self.ring, lookup=lookup,
                                     settings=settings, budget_tokens=budget)
         except Exception:  # context is a bonus: a bug in it must cost the context, not the completion

@@ -23,6 +23,7 @@ export interface ScalarSettings {
   contextBudget: number;
   contextOpenFiles: boolean;
   contextDefinitions: boolean;
+  contextDefinitionLanguages: string;
   warmUp: boolean;
   relaxed: boolean;
   debounceMs: number;
@@ -67,8 +68,9 @@ export const DEFAULT_SETTINGS: Readonly<ScalarSettings> = Object.freeze({
   contextWindow: 768,
   prefixShare: 0.9,
   contextBudget: 256,
-  contextOpenFiles: true,
+  contextOpenFiles: false,
   contextDefinitions: true,
+  contextDefinitionLanguages: "python",
   warmUp: true,
   relaxed: false,
   debounceMs: 150,
@@ -130,6 +132,10 @@ const CHECKS: Record<keyof ScalarSettings, [Check, string]> = {
   contextBudget: [inRange(0, 8192, true), "an integer in [0, 8192]"],
   contextOpenFiles: [isBool, "true or false"],
   contextDefinitions: [isBool, "true or false"],
+  contextDefinitionLanguages: [
+    (v) => typeof v === "string" && /^(\*|[a-z]+( *, *[a-z]+)*)$/.test(v),
+    "comma-separated language ids, or *",
+  ],
   warmUp: [isBool, "true or false"],
   relaxed: [isBool, "true or false"],
   debounceMs: [inRange(0, 5000, true), "an integer in [0, 5000] (milliseconds)"],
