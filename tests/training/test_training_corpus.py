@@ -6,7 +6,6 @@ import random
 from pathlib import Path
 
 import pytest
-from test_draft_helpers import CODE, tiny_tokenizer
 
 from dspark_lsp.errors import UserError
 from dspark_lsp.training.corpus import SourceRoot, collect, is_held_out
@@ -19,6 +18,7 @@ from dspark_lsp.training.samples import (
     SampleShape,
     load_tokenizer,
 )
+from tests.drafts.test_draft_helpers import CODE, tiny_tokenizer
 
 
 def test_held_out_split_is_by_path_stable_and_about_the_asked_share() -> None:

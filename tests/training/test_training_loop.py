@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_draft_helpers import tiny_corpus, tiny_tokenizer
 
 from dspark_lsp.drafts.io import load_draft_net
 from dspark_lsp.errors import UserError
 from dspark_lsp.training.cli import main
 from dspark_lsp.training.config import TrainConfig
 from dspark_lsp.training.train import Trainer, losses
+from tests.drafts.test_draft_helpers import tiny_corpus, tiny_tokenizer
 
 
 def tiny_config(tmp: Path, **over: object) -> TrainConfig:
