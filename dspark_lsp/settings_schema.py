@@ -12,10 +12,10 @@ This table is the only place a setting's range, choices or default is written. F
   when they are stale.
 
 Adding a setting means one `Setting` entry here and one `ServiceConfig` field named as the setting in
-snake_case (`maxNewTokens` -> `max_new_tokens`); tests/test_settings_table.py fails when the two sets
+snake_case (`maxNewTokens` -> `max_new_tokens`); tests/lsp/test_settings_table.py fails when the two sets
 differ. Then regenerate the editors' files. A setting offered in the editors also needs its line in
 the VS Code extension's own checks (editors/vscode/src/settings.ts) and a row in the README's settings
-table; tests/test_settings_schema.py holds both against this table.
+table; tests/lsp/test_settings_schema.py holds both against this table.
 
 Scalar settings are checked here in full. An object-valued setting (`backend`) names its own parser
 (`parse`: JSON value -> typed value and problems) and the check of the typed value ServiceConfig holds
@@ -320,7 +320,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("temperature", "number", 0.0, "0: greedy (lossless); above 0: sampling.", minimum=0, maximum=2, in_editors=False),
     Setting("calibrate", "boolean", True, "Time the target's forwards at load to plan drafting.", in_editors=False),
     # The editors declare `backend`'s fields themselves (VS Code: dspark.backend.<field>; Neovim:
-    # settings.backend), checked against remote/config.py by tests/test_editor_backend_settings.py.
+    # settings.backend), checked against remote/config.py by tests/clients/test_editor_backend_settings.py.
     Setting(
         "backend",
         "object",

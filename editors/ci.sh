@@ -48,11 +48,11 @@ chmod +x "$mock_server"
 node out/scripts/checkVsix.js dspark-lsp.vsix "$mock_server" "return 42  # from dspark"
 
 if [[ "${EDITORS_CI_SKIP_NVIM_TESTS:-}" == 1 ]]; then
-  # .ci/run sets this: its full pytest run includes tests/test_nvim_e2e.py already.
+  # .ci/run sets this: its full pytest run includes tests/clients/test_nvim_e2e.py already.
   echo "editors: Neovim tests left to the main pytest run"
 else
   step "Neovim: headless end-to-end tests"
   cd "$repo"
-  "$python" -m pytest -q -p no:cacheprovider tests/test_nvim_e2e.py
+  "$python" -m pytest -q -p no:cacheprovider tests/clients/test_nvim_e2e.py
 fi
 echo "editors: all checks passed"

@@ -1,5 +1,10 @@
 """Shared fixtures: tiny random models on disk (built once per session) and in-process model factories.
 
+The tests live in one folder per layer or feature (tests/engine, tests/quant, tests/lsp, ...; each folder's
+README.md says what it holds). Every fixture here is used by several folders, so all stay here (pytest applies
+this file to every subfolder); shared helper modules are in tests/helpers, on sys.path through pyproject's
+pytest ``pythonpath``.
+
 Fixture names are part of the test suite's contract (other test files use them): keep them stable.
 
 * ``tiny_models`` -> ``(target_dir, draft_dir)``: a random tiny Qwen2 target and draft sharing a byte-level

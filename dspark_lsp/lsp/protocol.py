@@ -2,7 +2,7 @@
 
 Every request that can be identified gets exactly one answer (its result, or an error on its own id);
 what cannot be identified gets one error with id null. The cases come from the protocol fuzz test
-(tests/test_lsp_fuzz.py); the pure checks of a decoded message are in envelope.py, the framing (bytes ->
+(tests/lsp/test_lsp_fuzz.py); the pure checks of a decoded message are in envelope.py, the framing (bytes ->
 frames) in framing.py.
 """
 

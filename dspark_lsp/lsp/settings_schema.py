@@ -5,7 +5,7 @@ Issue 15: the ranges had been copied by hand into the VS Code extension and drif
 `python -m dspark_lsp.lsp.settings_schema --write-vscode` regenerates `contributes.configuration` in
 editors/vscode/package.json (client-only entries such as `serverPath` are kept as they are), and
 `--write-nvim` the Neovim plugin's editors/nvim/lua/dspark/schema.lua; `--check` fails when either file
-is stale. tests/test_settings_schema.py checks both files, the extension's own checks
+is stale. tests/lsp/test_settings_schema.py checks both files, the extension's own checks
 (editors/vscode/src/settings.ts) and ServiceConfig's validation against the table.
 
 The table itself lives outside the LSP package because the service (below this layer) reads it too;

@@ -140,7 +140,7 @@ def unrolled_features(
     """The predicted features g^s [B, n, d] of passes s = 1..unroll over inputs (f_true[j], emb[j]).
 
     Pass s at position j computes exactly what draft step s computes at inference when the true
-    features end at position j-s+1 (tests/test_featdraft.py checks this against the cached path)."""
+    features end at position j-s+1 (tests/drafts/test_featdraft.py checks this against the cached path)."""
     b, n, _ = emb.shape
     positions = torch.arange(n, device=emb.device)[None].expand(b, n)
     cache = model.new_cache()

@@ -1,4 +1,4 @@
--- Headless end-to-end check of the plugin, driven by tests/test_nvim_e2e.py and editors/ci.sh.
+-- Headless end-to-end check of the plugin, driven by tests/clients/test_nvim_e2e.py and editors/ci.sh.
 -- Loads the plugin the way the README says (runtimepath + setup), opens a file, asks for a completion
 -- in insert mode, and writes what the editor shows (extmark virtual text) and does to a JSON file.
 --

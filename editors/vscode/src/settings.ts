@@ -83,7 +83,7 @@ export const LAUNCH_KEYS = ["serverPath", "pythonPath", "serverArgs"] as const;
 export const SERVER_KEYS = Object.keys(DEFAULT_SETTINGS) as (keyof ScalarSettings)[];
 
 // The server's rules for `backend` (dspark_lsp/remote/config.py: KEYS, MIN/MAX_TIMEOUT_MS, RESERVED,
-// RemoteSettings' defaults); tests/test_editor_backend_settings.py fails when these disagree.
+// RemoteSettings' defaults); tests/clients/test_editor_backend_settings.py fails when these disagree.
 export const BACKEND_KEYS = ["url", "model", "apiKeyEnv", "timeoutMs", "stream", "stopTokenIds", "extraBody", "tokenizer"] as const;
 export const BACKEND_TIMEOUT_MS = { min: 100, max: 600000, default: 10000 } as const;
 /** Request fields the service sets itself: `extraBody` may not override them. */
@@ -113,7 +113,7 @@ const inRange = (lo: number, hi: number, integer: boolean, openLow = false): Che
   typeof v === "number" && Number.isFinite(v) && (openLow ? v > lo : v >= lo) && v <= hi && (!integer || Number.isInteger(v));
 
 // The server's ranges, from its one settings schema (dspark_lsp/settings_schema.py, which also
-// generates package.json's configuration); tests/test_settings_schema.py fails when these disagree.
+// generates package.json's configuration); tests/lsp/test_settings_schema.py fails when these disagree.
 const CHECKS: Record<keyof ScalarSettings, [Check, string]> = {
   enable: [isBool, "true or false"],
   model: [isString, "a non-empty string"],

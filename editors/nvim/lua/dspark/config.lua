@@ -3,7 +3,7 @@ local M = {}
 
 -- The server settings setup({ settings = {...} }) accepts, with the server's types, ranges and defaults:
 -- schema.lua is generated from the server's one schema (dspark_lsp/settings_schema.py), so a range
--- cannot drift here (tests/test_settings_schema.py checks the file is current).
+-- cannot drift here (tests/lsp/test_settings_schema.py checks the file is current).
 M.SCHEMA = {}
 M.SERVER_SETTINGS = {} -- name -> the Lua type of its value
 M.SERVER_DEFAULTS = {} -- name -> the server's default (what an unset setting means)
@@ -40,7 +40,7 @@ end
 -- The server's `backend` setting (dspark_lsp/remote/config.py): an OpenAI-compatible completions server
 -- (vLLM, SGLang, TGI, llama-server) that decodes instead of the local engine. Not in schema.lua (it is an
 -- object, not a scalar): `settings = { backend = { url = ..., ... } }`, or the URL as a string, or "local".
--- tests/test_editor_backend_settings.py holds these against the server's rules.
+-- tests/clients/test_editor_backend_settings.py holds these against the server's rules.
 M.BACKEND_FIELDS = {
   url = "string", -- http(s)://host:port, with or without /v1 (required)
   model = "string", -- the served model name; unset: the first one GET /v1/models lists
