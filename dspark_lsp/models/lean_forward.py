@@ -17,6 +17,7 @@ forward, so nothing is ever computed differently, only sooner.
 
 from __future__ import annotations
 
+import os
 import types
 from collections.abc import Callable
 from typing import Any
@@ -99,19 +100,27 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
 
 
 class NativeLayer:
-    """A layer whose parts are all the quantized kernel's (q/k/v fused, gate/up fused, o and down alone,
-    no dense fallbacks): one call of ``torch.ops.dspark_q.decoder_layer`` runs it for decode and verify
-    rows (quant/decoder_layer.cpp: the same computation as the Python path, its row operations and
-    attention as loops of its own, so equal to fp32 rounding rather than bit for bit; batch invariant)."""
+    """A layer whose products are all the quantized kernel's (no dense fallbacks): one call of
+    ``torch.ops.dspark_q.decoder_layer`` runs it for decode and verify rows (quant/decoder_layer.cpp: the
+    same computation as the Python path, its row operations and attention as loops of its own, so equal
+    to fp32 rounding rather than bit for bit; batch invariant). q/k/v come as one fused product or, when
+    their layouts do not fuse (the 1.5B's v is Q6_K where q/k are Q4_K in half its layers), as three the
+    op runs in turn and joins; gate/up likewise as one or two."""
 
-    def __init__(self, layer: Any, qkv: QuantLinear, o: QuantLinear, gate_up: QuantLinear, down: QuantLinear,
-                 heads: int, kv_heads: int, head_dim: int) -> None:
-        self.layer, self.parts = layer, (qkv, o, gate_up, down)
+    def __init__(self, layer: Any, qkv: tuple[QuantLinear, ...], o: QuantLinear, gate_up: tuple[QuantLinear, ...],
+                 down: QuantLinear, heads: int, kv_heads: int, head_dim: int) -> None:
+        self.layer, self.qkv, self.gate_up = layer, qkv, gate_up
+        self.parts: tuple[QuantLinear, ...] = (*qkv, o, *gate_up, down)
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
         self.eps = float(layer.input_layernorm.variance_epsilon)
         self.scaling = float(layer.self_attn.scaling)
         self.norms = (layer.input_layernorm, layer.post_attention_layernorm)
         self._operands: tuple[tuple[Any, ...], list[torch.Tensor], list[int]] | None = None
+
+    @property
+    def fused(self) -> bool:
+        """q/k/v and gate/up are one product each."""
+        return len(self.qkv) == 1 and len(self.gate_up) == 1
 
     def hooked(self) -> bool:
         """Someone hooked one of the layer's products: the Python path calls hooked modules as modules."""
@@ -131,47 +140,88 @@ class NativeLayer:
         return weights, meta
 
     def _assemble(self) -> tuple[list[torch.Tensor], list[int]]:
+        # The op's layout (decoder_layer.cpp): norm1, q/k/v operands, their joined bias, o, norm2, gate/up
+        # operands, down; meta: each operand's (kind, shift), the shapes, then the two groups' sizes.
         weights: list[torch.Tensor] = [self.layer.input_layernorm.weight]
         meta: list[int] = []
-        empty = torch.empty(0)
-        for i, part in enumerate(self.parts):
+
+        def add(part: QuantLinear) -> None:
             kind, codes, scale, off, shift, _small = part.__dict__["_op_args"]
-            weights += [codes, scale, off]
-            if i == 0:
-                bias = part.__dict__["_bias"]
-                weights.append(empty if bias is None else bias)
-            if i == 1:
-                weights.append(self.layer.post_attention_layernorm.weight)
-            meta += [kind, shift]
-        meta += [self.heads, self.kv_heads, self.head_dim, self.parts[0].small_m]
+            weights.extend((codes, scale, off))
+            meta.extend((kind, shift))
+
+        for part in self.qkv:
+            add(part)
+        biases = [p.__dict__["_bias"] for p in self.qkv]
+        if all(b is None for b in biases):
+            weights.append(torch.empty(0))
+        else:  # as the fused group's bias: zeros for a part without one
+            weights.append(torch.cat([torch.zeros(p.out_features) if b is None else b
+                                      for p, b in zip(self.qkv, biases, strict=True)]).contiguous())
+        add(self.parts[len(self.qkv)])  # o
+        weights.append(self.layer.post_attention_layernorm.weight)
+        for part in self.gate_up:
+            add(part)
+        add(self.parts[-1])  # down
+        meta += [self.heads, self.kv_heads, self.head_dim, self.parts[0].small_m, len(self.qkv), len(self.gate_up)]
         return weights, meta
 
     @staticmethod
-    def plan(layer: Any, heads: int, kv_heads: int, head_dim: int) -> NativeLayer | None:
+    def plan(layer: Any, heads: int, kv_heads: int, head_dim: int, unfused: bool = False) -> NativeLayer | None:
+        """The layer's native plan, or None where the op cannot run it (a dense product, a bias where the
+        op takes none, shapes it does not know). ``unfused``: also for q/k/v or gate/up as separate products."""
         attn, mlp = layer.self_attn, layer.mlp
-        qkv = _fused_group(attn, ("q_proj", "k_proj", "v_proj"))
-        gate_up = _fused_group(mlp, ("gate_proj", "up_proj"))
+        q, kv = heads * head_dim, kv_heads * head_dim
+        qkv: tuple[QuantLinear, ...] | None = None
+        group = _fused_group(attn, ("q_proj", "k_proj", "v_proj"))
+        if group is not None:
+            if group.bounds == [(0, q), (q, q + kv), (q + kv, q + 2 * kv)]:
+                qkv = (group.fused,)
+        elif unfused:
+            mods = (attn.q_proj, attn.k_proj, attn.v_proj)
+            if all(isinstance(m, QuantLinear) for m in mods) and [m.out_features for m in mods] == [q, kv, kv]:
+                qkv = mods
+        gate_up: tuple[QuantLinear, ...] | None = None
+        group = _fused_group(mlp, ("gate_proj", "up_proj"))
+        if group is not None:
+            inter = group.fused.out_features // 2
+            if group.bounds == [(0, inter), (inter, 2 * inter)] and group.fused.bias is None:
+                gate_up = (group.fused,)
+        elif unfused:
+            gu = (mlp.gate_proj, mlp.up_proj)
+            if all(isinstance(m, QuantLinear) and m.bias is None for m in gu) \
+                    and gu[0].out_features == gu[1].out_features:
+                gate_up = gu
         o, down = attn.o_proj, mlp.down_proj
         if qkv is None or gate_up is None or not isinstance(o, QuantLinear) or not isinstance(down, QuantLinear):
             return None
-        q, kv = heads * head_dim, kv_heads * head_dim
-        if qkv.bounds != [(0, q), (q, q + kv), (q + kv, q + 2 * kv)] or o.bias is not None or down.bias is not None:
-            return None
-        inter = gate_up.fused.out_features // 2
-        if gate_up.bounds != [(0, inter), (inter, 2 * inter)] or gate_up.fused.bias is not None:
+        if o.bias is not None or down.bias is not None:
             return None
         if layer.input_layernorm.variance_epsilon != layer.post_attention_layernorm.variance_epsilon:
             return None
-        if len({p.small_m for p in (qkv.fused, o, gate_up.fused, down)}) != 1:
+        if len({p.small_m for p in (*qkv, o, *gate_up, down)}) != 1:
             return None
-        return NativeLayer(layer, qkv.fused, o, gate_up.fused, down, heads, kv_heads, head_dim)
+        return NativeLayer(layer, qkv, o, gate_up, down, heads, kv_heads, head_dim)
+
+
+def native_unfused_default() -> bool:
+    """Whether layers whose q/k/v or gate/up did not fuse run natively too (``DSPARK_NATIVE_UNFUSED=1``).
+
+    Off by default: a model with such layers then runs its Python layer loop, whose logits are
+    transformers' bit for bit (tests/test_quant_model.py holds its mixed-type models to that), where the
+    C++ layer is transformers' to fp32 rounding only (as it already is for models that fuse everywhere)."""
+    return os.environ.get("DSPARK_NATIVE_UNFUSED", "") == "1"
 
 
 class LeanQwen2:
     """The per-model plan (projection groups, shapes) and the forward that uses it."""
 
-    def __init__(self, model: Any) -> None:  # a transformers Qwen2ForCausalLM (untyped attributes)
+    def __init__(self, model: Any, native_unfused: bool | None = None) -> None:
+        # model: a transformers Qwen2ForCausalLM (untyped attributes); native_unfused: see
+        # native_unfused_default, which None reads.
         cfg = model.config
+        if native_unfused is None:
+            native_unfused = native_unfused_default()
         self.model = model
         self.hf_forward: Callable[..., Any] = model.forward
         self.layers: list[tuple[Any, Projector, Linear, Projector, Linear]] = []
@@ -181,8 +231,8 @@ class LeanQwen2:
                                 _direct(layer.mlp.down_proj)))
         self.head = _direct(model.lm_head)
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        plans = [NativeLayer.plan(layer, cfg.num_attention_heads, cfg.num_key_value_heads, self.head_dim)
-                 for layer in model.model.layers]
+        plans = [NativeLayer.plan(layer, cfg.num_attention_heads, cfg.num_key_value_heads, self.head_dim,
+                                  unfused=native_unfused) for layer in model.model.layers]
         # All layers or none: a forward either runs every layer natively or every layer in Python.
         native = [p for p in plans if p is not None]
         self.native: list[NativeLayer] | None = native if len(native) == len(plans) else None

@@ -188,20 +188,41 @@ void silu_mul(const float* gu, float* act, int64_t rows, int64_t inter) {
   }
 }
 
-// weights: [norm1, qkv codes, qkv scale, qkv off, qkv bias, o codes, o scale, o off, norm2,
-//           gate_up codes, gate_up scale, gate_up off, down codes, down scale, down off]
-// meta:    [qkv kind, qkv shift, o kind, o shift, gate_up kind, gate_up shift, down kind, down shift,
-//           heads, kv heads, head_dim, small_m]
+// A group of projections of the same input (q/k/v, or gate/up): one fused kernel operand, or one per
+// projection when their layouts could not be fused (e.g. v in Q6_K, q/k in Q4_K). Unfused parts are run
+// one after the other and their columns joined, in the fused operand's order: each output column is the
+// kernel's product of its own weight row, so the joined result is what a fused call of the same rows
+// would give, and the rest of the layer reads it the same way.
+at::Tensor project_group(const at::Tensor& x, at::TensorList w, size_t& wi, at::IntArrayRef meta, size_t& mi,
+                         int64_t parts, int64_t small_m) {
+  std::vector<at::Tensor> outs;
+  for (int64_t p = 0; p < parts; ++p, wi += 3, mi += 2)
+    outs.push_back(project(x, w[wi], w[wi + 1], w[wi + 2], meta[mi], meta[mi + 1], small_m));
+  return parts == 1 ? outs[0] : at::cat(outs, 1);
+}
+
+// With nq q/k/v operands (1: fused, 3: q, k, v) and ng gate/up operands (1: fused, 2: gate, up):
+// weights: [norm1, (codes, scale, off) x nq, qkv bias (joined), o codes, o scale, o off, norm2,
+//           (codes, scale, off) x ng, down codes, down scale, down off]
+// meta:    [(kind, shift) x nq, o kind, o shift, (kind, shift) x ng, down kind, down shift,
+//           heads, kv heads, head_dim, small_m, nq, ng]
 // k_buf / v_buf: the layer's preallocated cache [1, kv heads, capacity, head_dim]; rows are written at
 // `past`. row_keys: per row, the key positions it may see (a tree forward), or empty: plain causal rows.
 // cos / sin: the rows' rotary tables, [.., t, head_dim] (any leading dims of size 1).
 at::Tensor decoder_layer(const at::Tensor& h_in, at::TensorList w, at::IntArrayRef meta, double eps, double scaling,
                          const at::Tensor& cos_in, const at::Tensor& sin_in, const at::Tensor& k_buf,
                          const at::Tensor& v_buf, int64_t past, at::TensorList row_keys) {
-  TORCH_CHECK(w.size() == 15 && meta.size() == 12, "decoder_layer: 15 weight tensors and 12 ints expected");
+  TORCH_CHECK(meta.size() >= 6, "decoder_layer: meta too short");
+  const int64_t nq = meta[meta.size() - 2], ng = meta[meta.size() - 1];
+  TORCH_CHECK((nq == 1 || nq == 3) && (ng == 1 || ng == 2), "decoder_layer: 1 or 3 q/k/v and 1 or 2 gate/up operands");
+  TORCH_CHECK(static_cast<int64_t>(w.size()) == 9 + 3 * (nq + ng) &&
+                  static_cast<int64_t>(meta.size()) == 10 + 2 * (nq + ng),
+              "decoder_layer: weight or meta count does not match the operand counts");
+  const size_t tail = meta.size() - 6;
   TORCH_CHECK(h_in.dim() == 3 && h_in.size(0) == 1 && h_in.scalar_type() == at::kFloat,
               "decoder_layer: h must be fp32 [1, T, D]");
-  const int64_t t = h_in.size(1), d = h_in.size(2), nh = meta[8], nkv = meta[9], hd = meta[10], small_m = meta[11];
+  const int64_t t = h_in.size(1), d = h_in.size(2), nh = meta[tail], nkv = meta[tail + 1], hd = meta[tail + 2],
+                small_m = meta[tail + 3];
   TORCH_CHECK(row_keys.empty() || static_cast<int64_t>(row_keys.size()) == t, "one key list per row");
   TORCH_CHECK(k_buf.size(2) >= past + t && v_buf.size(2) >= past + t, "KV buffers too short");
   TORCH_CHECK(k_buf.scalar_type() == at::kFloat && v_buf.scalar_type() == at::kFloat && k_buf.stride(3) == 1 &&
@@ -219,13 +240,15 @@ at::Tensor decoder_layer(const at::Tensor& h_in, at::TensorList w, at::IntArrayR
   // Attention input: norm, fused q/k/v (+ bias), rotary; keys and values written into the cache.
   at::Tensor x = at::empty({t, d}, h.options());
   rms_rows(hp, fp(w[0]), x.data_ptr<float>(), t, d, eps);
-  at::Tensor y = project(x, w[1], w[2], w[3], meta[0], meta[1], small_m);
+  size_t wi = 1, mi = 0;
+  at::Tensor y = project_group(x, w, wi, meta, mi, nq, small_m);
+  const at::Tensor& qkv_bias = w[wi++];
   const int64_t width = (nh + 2 * nkv) * hd;
   TORCH_CHECK(y.size(1) == width, "decoder_layer: q/k/v widths do not match the head counts");
   float* yp = y.data_ptr<float>();
-  if (w[4].numel()) {
-    TORCH_CHECK(w[4].numel() == width, "decoder_layer: q/k/v bias size");
-    const float* b = fp(w[4]);
+  if (qkv_bias.numel()) {
+    TORCH_CHECK(qkv_bias.numel() == width, "decoder_layer: q/k/v bias size");
+    const float* b = fp(qkv_bias);
     for (int64_t r = 0; r < t; ++r) add_into(yp + r * width, b, width);  // b + y: transformers adds y + b
   }
   at::Tensor qrot = at::empty({t, nh, hd}, h.options());
@@ -274,16 +297,17 @@ at::Tensor decoder_layer(const at::Tensor& h_in, at::TensorList w, at::IntArrayR
   });
 
   // Output projection and residual; MLP: norm, fused gate/up, SiLU(gate) * up, down, residual.
-  at::Tensor out = project(attn, w[5], w[6], w[7], meta[2], meta[3], small_m);
+  at::Tensor out = project(attn, w[wi], w[wi + 1], w[wi + 2], meta[mi], meta[mi + 1], small_m);
+  wi += 3, mi += 2;
   float* op = out.data_ptr<float>();
   add_into(op, hp, t * d);
   at::Tensor x2 = at::empty({t, d}, h.options());
-  rms_rows(op, fp(w[8]), x2.data_ptr<float>(), t, d, eps);
-  at::Tensor gu = project(x2, w[9], w[10], w[11], meta[4], meta[5], small_m);
+  rms_rows(op, fp(w[wi++]), x2.data_ptr<float>(), t, d, eps);
+  at::Tensor gu = project_group(x2, w, wi, meta, mi, ng, small_m);
   const int64_t inter = gu.size(1) / 2;
   at::Tensor act = at::empty({t, inter}, h.options());
   silu_mul(gu.data_ptr<float>(), act.data_ptr<float>(), t, inter);
-  at::Tensor res = project(act, w[12], w[13], w[14], meta[6], meta[7], small_m);
+  at::Tensor res = project(act, w[wi], w[wi + 1], w[wi + 2], meta[mi], meta[mi + 1], small_m);
   add_into(res.data_ptr<float>(), op, t * d);
   return res.view({1, t, d});
 }
