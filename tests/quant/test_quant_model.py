@@ -95,7 +95,11 @@ def _build(dest: Path, seed: int, types: dict[str, T], config: Any | None = None
     path = dest / f"model-{seed}.gguf"
     expected = model_to_gguf(path, source, types, seed=seed, **gguf_kw)
     logs: list[str] = []
-    model, report = build_quantized_model(path, config, log=logs.append)
+    with pytest.MonkeyPatch.context() as mp:
+        # Unfused layers on the Python layer loop, which this file holds to transformers' forward bit for
+        # bit (the native path for them: tests/quant/test_native_unfused.py).
+        mp.setenv("DSPARK_NATIVE_UNFUSED", "0")
+        model, report = build_quantized_model(path, config, log=logs.append)
     return Built(config, path, model, reference_model(config, expected), report, types, logs)
 
 

@@ -35,8 +35,8 @@ _LAYERS = ((T.Q4_K, T.Q4_K, T.Q6_K, T.Q4_K, T.Q4_K, T.Q4_K, T.Q6_K),
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
-    """The same GGUF built twice: as by default (unfused layers on the Python path) and with
-    DSPARK_NATIVE_UNFUSED=1 (every layer native)."""
+    """The same GGUF built twice: with DSPARK_NATIVE_UNFUSED=0 (unfused layers on the Python path) and
+    as by default (every layer native)."""
     try:
         load_kernel()
     except KernelUnavailable as exc:  # pragma: no cover - the kernel builds wherever the project is developed
@@ -48,16 +48,18 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
         types.update({f"blk.{i}.{role}.weight": t for role, t in zip(_ROLES, layer, strict=True)})
     path = Path(tmp_path_factory.mktemp("native-unfused")) / "model.gguf"
     model_to_gguf(path, random_qwen2(3, config), types, seed=3)
-    python, _ = build_quantized_model(path, config)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("DSPARK_NATIVE_UNFUSED", "1")
+        mp.setenv("DSPARK_NATIVE_UNFUSED", "0")
+        python, _ = build_quantized_model(path, config)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("DSPARK_NATIVE_UNFUSED", raising=False)
         native, _ = build_quantized_model(path, config)
     return python, native
 
 
 def test_every_layer_plans_natively_with_unfused_parts(models: tuple[Any, Any]) -> None:
     python, native = models
-    assert python.dspark_lean.native is None  # the default: unfused layers keep the Python layer loop
+    assert python.dspark_lean.native is None  # DSPARK_NATIVE_UNFUSED=0: unfused layers keep the Python loop
     plans = native.dspark_lean.native
     assert plans is not None and len(plans) == len(native.model.layers)
     # The mix really left these groups unfused (else this tests the fused op only).
