@@ -44,10 +44,10 @@ class ServiceConfig:
     # it: context_open_files / _definitions (in context_definition_languages).
     context_budget: int = 256
     # Sources on by default only where they earned it on eval --repo (2026-12-04, docs/CONTEXT.md):
-    # definitions in Python; open-document chunks nowhere. What the sources leave unused goes to the window.
+    # definitions in Python and Go; open-document chunks nowhere. What the sources leave unused goes to the window.
     context_open_files: bool = False
     context_definitions: bool = True
-    context_definition_languages: str = "python"
+    context_definition_languages: str = "python,go"
     # The FIM arrangement: psm (prefix, suffix, middle) or spm (suffix first: typing then changes only
     # the prompt's end, so more of its KV is reused).
     fim_order: str = "psm"

@@ -257,11 +257,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "contextDefinitionLanguages",
         "string",
-        "python",
+        "python,go",
         "Languages whose completions get imported definitions (comma-separated language ids, or `*` for "
         "every language with import queries: c, cpp, go, java, javascript, python, rust, tsx, typescript). "
-        "Default python: measured on the repository-level set, definitions helped Python and cost "
-        "TypeScript; elsewhere the budget goes to the current file's window.",
+        "Default python,go: measured on the repository-level set, definitions helped Python (and Go a "
+        "little) and cost TypeScript; elsewhere the budget goes to the current file's window.",
         markdown=True,
         pattern=r"\*|[a-z]+( *, *[a-z]+)*",
         hint="comma-separated language ids, or *",

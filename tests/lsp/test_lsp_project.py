@@ -66,11 +66,11 @@ def test_sticky_keeps_order_within_a_block_and_starts_over_in_another() -> None:
 @dataclass
 class LangCfg(Cfg):
     context_open_files: bool = False
-    context_definition_languages: str = "python"
+    context_definition_languages: str = "python,go"
 
 
 def test_definitions_only_for_the_languages_the_setting_names(tmp_path: Path) -> None:
-    """contextDefinitionLanguages: a TypeScript file gets no definitions under the default "python" (they
+    """contextDefinitionLanguages: a TypeScript file gets no definitions under the default "python,go" (they
     cost TypeScript on the repository-level set), and gets them under "*" or a list naming it."""
     (tmp_path / "util.py").write_text("def add(a, b):\n    return a + b\n", encoding="utf-8")
     (tmp_path / "util.ts").write_text("export function add(a: number, b: number): number {\n  return a + b\n}\n",
@@ -97,6 +97,6 @@ def test_a_bad_language_list_is_refused_with_its_default() -> None:
 
     kept, problems = validate({"contextDefinitionLanguages": "Python!"})
     assert kept == {} and problems == [
-        'dspark.contextDefinitionLanguages must be comma-separated language ids, or *, got "Python!"; using "python"'
+        'dspark.contextDefinitionLanguages must be comma-separated language ids, or *, got "Python!"; using "python,go"'
     ]
     assert validate({"contextDefinitionLanguages": "python, go"}) == ({"contextDefinitionLanguages": "python, go"}, [])

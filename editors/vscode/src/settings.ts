@@ -70,7 +70,7 @@ export const DEFAULT_SETTINGS: Readonly<ScalarSettings> = Object.freeze({
   contextBudget: 256,
   contextOpenFiles: false,
   contextDefinitions: true,
-  contextDefinitionLanguages: "python",
+  contextDefinitionLanguages: "python,go",
   warmUp: true,
   relaxed: false,
   debounceMs: 150,

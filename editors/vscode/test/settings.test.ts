@@ -25,7 +25,7 @@ test("defaults match docs/ARCHITECTURE.md", () => {
   assert.deepEqual(settings, {
     enable: true, model: "default", draftModel: null, device: "auto", dtype: "auto", packWeights: "auto", threshold: 0.9,
     kMin: 1, kMax: 5, alternates: 3, maxNewTokens: 64, contextWindow: 768, prefixShare: 0.9, contextBudget: 256,
-    contextOpenFiles: false, contextDefinitions: true, contextDefinitionLanguages: "python", warmUp: true, relaxed: false,
+    contextOpenFiles: false, contextDefinitions: true, contextDefinitionLanguages: "python,go", warmUp: true, relaxed: false,
     debounceMs: 150, multiline: "auto", backend: null,
   });
 });

@@ -18,7 +18,7 @@ return {
   { name = "contextBudget", type = "integer", default = 256, minimum = 0, maximum = 8192, expected = "an integer in [0, 8192]" },
   { name = "contextOpenFiles", type = "boolean", default = false, expected = "true or false" },
   { name = "contextDefinitions", type = "boolean", default = true, expected = "true or false" },
-  { name = "contextDefinitionLanguages", type = "string", default = "python", expected = "comma-separated language ids, or *" },
+  { name = "contextDefinitionLanguages", type = "string", default = "python,go", expected = "comma-separated language ids, or *" },
   { name = "warmUp", type = "boolean", default = true, expected = "true or false" },
   { name = "relaxed", type = "boolean", default = false, expected = "true or false" },
   { name = "debounceMs", type = "integer", default = 150, minimum = 0, maximum = 5000, expected = "an integer in [0, 5000]" },
