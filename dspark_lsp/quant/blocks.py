@@ -408,6 +408,28 @@ def unpack_six(p: Packed) -> Packed:
     return Packed(18, out.reshape(p.n, -1), p.scale, p.off, 0, p.n, p.k, p.source_type)
 
 
+HALF_TYPES = frozenset({Q4_0, Q5_0, Q8_0})  # one fp16 scale per group, no offsets, in the file
+
+
+def can_half(p: Packed) -> bool:
+    """Whether ``p``'s scales can be held as fp16 (qkernel.cpp, "fp16 scales"): fp32-scale panels of a
+    type whose file stores one fp16 scale per group and no offsets, every scale exactly an fp16 value."""
+    if p.kind not in (14, 18) or p.compact or p.off.size or p.source_type not in HALF_TYPES:
+        return False
+    if p.scale.dtype == np.float16:
+        return True
+    return p.scale.shape[1] == p.k // QK and bool(np.array_equal(p.scale.astype(np.float16).astype(np.float32),
+                                                                 p.scale))
+
+
+def half_scales(p: Packed) -> Packed:
+    """``p`` with its scales as fp16 (the same values: see :func:`can_half`)."""
+    if not can_half(p):
+        raise ValueError(f"{TYPE_NAMES.get(p.source_type, p.source_type)} kind {p.kind} cannot take fp16 scales")
+    return Packed(p.kind, p.codes, np.ascontiguousarray(p.scale, np.float16), p.off, p.shift, p.n, p.k,
+                  p.source_type, p.sub)
+
+
 def _uncompact(p: Packed) -> Packed:
     """Compact panels -> the same panels with fp32 scales (and offsets) per group: the fp32 products
     ``d * sc`` and ``-(dmin * mn)`` that :func:`parse` forms (and the kernel), and the integer scales kept."""
@@ -456,5 +478,5 @@ def deinterleave(p: Packed) -> Packed:
     per = p.scale.shape[1] // g
     scale = p.scale.reshape(np_, g * per, PANEL).transpose(0, 2, 1).reshape(p.n, g * per)
     off = p.off.reshape(np_, g, PANEL).transpose(0, 2, 1).reshape(p.n, g) if p.off.size else p.off
-    return Packed(p.kind - 10, np.ascontiguousarray(c).reshape(p.codes.shape), np.ascontiguousarray(scale),
+    return Packed(p.kind - 10, np.ascontiguousarray(c).reshape(p.codes.shape), np.ascontiguousarray(scale, np.float32),
                   np.ascontiguousarray(off), p.shift, p.n, p.k, p.source_type, sub)

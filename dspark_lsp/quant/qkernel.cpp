@@ -58,6 +58,7 @@ struct Mat {
   bool panel;  // kinds 14 / 18: the same codes in panels of 8 weight rows (see "Panel layout" below)
   bool compact;  // panels with integer sub-block scales and per-256 factors ("Super-block scales" below)
   int64_t S;     // compact: super-blocks of 256 weights per row (G / 8)
+  const uint16_t* scale16;  // fp16 scales per group instead of `scale` ("fp16 scales" below), or null
 };
 
 // Scalar reference of one group (also the portable path).
@@ -449,6 +450,27 @@ at::Tensor group_sums(const float* xp, int64_t M, int64_t K) {
 // 6-7 of each lane, the odd quad's at 0-1 and 2-3 (shifted up by 4), so building a code is an and, an
 // or and a subtract on top of kind 14's work. The integer sums are kind 18's exactly, hence its results.
 
+// fp16 scales (panels with one scale per group and no offsets, kinds 14 / 18: Q8_0, Q5_0, Q4_0). Their
+// file stores each group's scale as fp16; widened to fp32 it is the same value, so keeping the fp16 bits
+// (16 bits per 32 weights instead of 32) and widening them in the kernel, one vcvtph2ps per group for 8
+// rows, changes no product. Selected by the scale tensor's dtype (float16).
+#ifdef __F16C__
+#define DSPARK_F16 1
+#endif
+// The 8 panel rows' scales at index i (of the scale array) as fp32.
+inline __m256 panel_scales(const Mat& m, int64_t i) {
+#ifdef DSPARK_F16
+  if (m.scale16 != nullptr) return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(m.scale16 + i)));
+#endif
+  return _mm256_loadu_ps(m.scale + i);
+}
+inline float scale_at(const Mat& m, int64_t i) {
+#ifdef DSPARK_F16
+  if (m.scale16 != nullptr) return _cvtsh_ss(m.scale16[i]);
+#endif
+  return m.scale[i];
+}
+
 // 8 rows' fp32 products factor * code: lanes i = f[i] * c[i] (c: 8 signed bytes).
 inline __m256 compact_scales(const float* f, const int8_t* c) {
   const __m256i ci = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c)));
@@ -551,7 +573,7 @@ inline void panel_dots(const Mat& m, int64_t P, const int16_t* xq, const float* 
           }
         }
       }
-      const __m256 ws = CS ? compact_scales(m.scale + sb, ax + 8 * u) : _mm256_loadu_ps(m.scale + (pg * U + u) * 8);
+      const __m256 ws = CS ? compact_scales(m.scale + sb, ax + 8 * u) : panel_scales(m, (pg * U + u) * 8);
       for (int r = 0; r < R; ++r) {
         __m256i t = s[r][0];
         for (int c = 1; c < C; ++c) t = _mm256_add_epi32(t, s[r][c]);
@@ -690,9 +712,9 @@ void expand_panel_t(const Mat& m, int64_t P, float* w, int64_t ldw, int only) {
       const int64_t sb = CS ? (P * m.S + g / 8) * 8 + i : 0;
       // compact: the reference's fp32 products d * sc (and dmin * m), one scalar multiply each
       const __m256 s0 = _mm256_set1_ps(CS ? m.scale[sb] * static_cast<float>(ax[i])
-                                          : m.scale[(pg * U) * 8 + i]);
+                                          : scale_at(m, (pg * U) * 8 + i));
       const __m256 s1 = _mm256_set1_ps(CS ? m.scale[sb] * static_cast<float>(ax[(U - 1) * 8 + i])
-                                          : m.scale[(pg * U + U - 1) * 8 + i]);
+                                          : scale_at(m, (pg * U + U - 1) * 8 + i));
       __m256 w0 = _mm256_mul_ps(s0, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(c0))));
       __m256 w1 = _mm256_mul_ps(s0, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(c0, 1))));
       __m256 w2 = _mm256_mul_ps(s1, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(c1))));
@@ -751,7 +773,8 @@ Mat make_mat(int64_t kind, const at::Tensor& codes, const at::Tensor& scale, con
 #endif
   const bool panel = kind >= 10;
   kind %= 10;
-  TORCH_CHECK(scale.dim() == 2 && scale.scalar_type() == at::kFloat && scale.is_contiguous(), "bad scales");
+  const bool half = scale.scalar_type() == at::kHalf;
+  TORCH_CHECK(scale.dim() == 2 && (scale.scalar_type() == at::kFloat || half) && scale.is_contiguous(), "bad scales");
   TORCH_CHECK(codes.is_contiguous(), "codes must be contiguous");
   Mat m{};
   m.G = K / 32;
@@ -765,7 +788,19 @@ Mat make_mat(int64_t kind, const at::Tensor& codes, const at::Tensor& scale, con
   TORCH_CHECK(m.compact || (scale.size(1) == m.G * m.scales_per_group &&
                             (m.scales_per_group == 1 || m.scales_per_group == 2)),
               "bad scale shape");
-  m.scale = scale.data_ptr<float>();
+  if (half) {
+#ifdef DSPARK_F16
+    TORCH_CHECK(panel && !m.compact && m.scales_per_group == 1 && off.numel() == 0,
+                "fp16 scales need panels with one scale per group and no offsets");
+    m.scale16 = reinterpret_cast<const uint16_t*>(scale.data_ptr<at::Half>());
+    m.scale = nullptr;
+#else
+    TORCH_CHECK(false, "this kernel build has no fp16 scales (no F16C)");
+#endif
+  } else {
+    m.scale = scale.data_ptr<float>();
+    m.scale16 = nullptr;
+  }
   m.off = off.numel() ? off.data_ptr<float>() : nullptr;
   TORCH_CHECK(off.numel() == 0 || (off.numel() == N * per_row && off.scalar_type() == at::kFloat), "bad offsets");
   TORCH_CHECK(off.numel() == 0 || m.scales_per_group == 1, "offsets need one scale per group");
@@ -829,6 +864,15 @@ namespace dspark {
 
 void set_prefill_bf16(bool on) { g_prefill_bf16.store(on); }
 bool prefill_bf16() { return g_prefill_bf16.load(); }
+
+// Whether this build reads fp16 scales (panels of plain types, "fp16 scales" above): F16C.
+bool half_scales() {
+#if defined(DSPARK_AVX2) && defined(DSPARK_F16)
+  return true;
+#else
+  return false;
+#endif
+}
 
 // Whether this build has the panel layout's products (kinds 14 / 18): x86 with AVX2 and FMA.
 bool panels() {
@@ -931,7 +975,7 @@ at::Tensor qrows(const at::Tensor& ids_in, int64_t kind, const at::Tensor& codes
   const int64_t R = ids.numel(), N = scale.size(0);
   const int64_t* ip = ids.data_ptr<int64_t>();
   for (int64_t i = 0; i < R; ++i) TORCH_CHECK(ip[i] >= 0 && ip[i] < N, "row id ", ip[i], " out of range");
-  at::Tensor out = at::empty({R, K}, scale.options());
+  at::Tensor out = at::empty({R, K}, scale.options().dtype(at::kFloat));
   float* op = out.data_ptr<float>();
   at::parallel_for(0, R, 16, [&](int64_t a, int64_t b) {
 #ifdef DSPARK_AVX2
@@ -955,5 +999,6 @@ TORCH_LIBRARY(dspark_q, lib) {
   lib.def("set_prefill_bf16(bool on) -> ()", &dspark::set_prefill_bf16);
   lib.def("prefill_bf16() -> bool", &dspark::prefill_bf16);
   lib.def("panels() -> bool", &dspark::panels);
+  lib.def("half_scales() -> bool", &dspark::half_scales);
   dspark::register_decoder_layer(lib);
 }
