@@ -3,7 +3,8 @@
 
 Layouts (:data:`LAYOUTS`, the environment each is loaded under): ``fp32-scales`` (an fp32 scale per
 group for every type), ``compact`` (K-quants with their integer sub-block scales, Q6_K codes a byte each),
-``six`` (compact, Q6_K codes in 6 bits). Loads the model once per layout, checks that both give the same
+``six`` (compact, Q6_K codes in 6 bits), ``half`` (compact, fp16 scales for Q8_0, Q5_0, Q4_0),
+``six+half`` (both). Loads the model once per layout, checks that both give the same
 logits bit for bit, then times n-token forwards on a KV cache of ``--context`` tokens, alternating the
 two models (ABBA order per round) so that a shared, loaded host slows both alike. Prints the weight
 bytes each forward reads, the median ms per layout and the median of the per-round ratios (second
@@ -20,12 +21,14 @@ from typing import Any
 
 import torch
 
-from dspark_lsp.quant.linear import ENV_COMPACT, ENV_SIX, QuantLinear
+from dspark_lsp.quant.linear import ENV_COMPACT, ENV_HALF, ENV_SIX, QuantLinear
 
 LAYOUTS: dict[str, dict[str, str]] = {
-    "fp32-scales": {ENV_COMPACT: "0", ENV_SIX: "0"},
-    "compact": {ENV_COMPACT: "1", ENV_SIX: "0"},
-    "six": {ENV_COMPACT: "1", ENV_SIX: "1"},
+    "fp32-scales": {ENV_COMPACT: "0", ENV_SIX: "0", ENV_HALF: "0"},
+    "compact": {ENV_COMPACT: "1", ENV_SIX: "0", ENV_HALF: "0"},
+    "six": {ENV_COMPACT: "1", ENV_SIX: "1", ENV_HALF: "0"},
+    "half": {ENV_COMPACT: "1", ENV_SIX: "0", ENV_HALF: "1"},
+    "six+half": {ENV_COMPACT: "1", ENV_SIX: "1", ENV_HALF: "1"},
 }
 
 
