@@ -67,7 +67,7 @@ def six_enabled() -> bool:
 
 # 1: panels of Q8_0, Q5_0 and Q4_0 keep the file's fp16 scales (blocks.half_scales); 0: fp32 scales.
 ENV_HALF = "DSPARK_HALF_SCALES"
-HALF_DEFAULT = "0"
+HALF_DEFAULT = "1"
 
 
 def half_enabled() -> bool:
