@@ -13,8 +13,10 @@
 //   kind 8: one int8 per weight, already minus the type's zero point (Q8_0, Q5_*, Q6_K). 5- and 6-bit
 //           codes are widened to a byte: measured on this project's AVX2 CPU, unpacking a 5-bit plane
 //           (20 bytes per 32 codes instead of 32) cost more arithmetic than the saved bytes saved time —
-//           equal at 1 row, ~10% slower at 4 (the 0.5B's 97 products).
-//   scale fp32 [N, G] (or [N, 2G]: a scale per 16 elements, Q6_K); off fp32 [N, G] or empty.
+//           equal at 1 row, ~10% slower at 4 (the 0.5B's 97 products). (That was the row-major layout;
+//           Q6_K panels can keep 6-bit codes, kind 16, "6-bit panels" below.)
+//   scale fp32 [N, G] (or [N, 2G]: a scale per 16 elements, Q6_K); off fp32 [N, G] or empty. Panels of
+//           types with one fp16 scale per group in the file may hold them as fp16 ("fp16 scales" below).
 //   weight = scale * (code - shift) + off: what the gguf package's dequantization gives (expand_* below
 //   rebuild exactly those values, compiled with -ffp-contract=off, for embeddings and prefill tiles).
 //
