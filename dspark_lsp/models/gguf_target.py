@@ -145,8 +145,19 @@ def build_quantized_model(
         raise ModelError(f"quantized loading supports {', '.join(SUPPORTED_ARCHS)} GGUF files, not {arch!r}")
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    tensors = g.tensors
     report = LoadReport()
+    embedding = _load_tensors(model, g, gguf_path, report, say)
+    if "output.weight" not in g.tensors:  # a tied head reads the embedding table
+        _tie_head(model, config, embedding, report)
+    _finish(model, config)
+    return model, report
+
+
+def _load_tensors(model: nn.Module, g: GGUFFile, gguf_path: Path, report: LoadReport,
+                  say: Callable[[str], None]) -> blocks.Packed | None:
+    """Every tensor of ``g`` into ``model`` (quantized ones kept quantized); returns the embedding table's
+    blocks when they are held in memory (a tied head reads them), else None."""
+    tensors = g.tensors
     linears: dict[str, dict[str, Any]] = {}
     for name, t in tensors.items():
         path, what = _hf_path(name)
@@ -167,15 +178,14 @@ def build_quantized_model(
             expected = _expected_shape(target)
             if (n, k) != expected:
                 raise ModelError(f"GGUF tensor {wt.name} is [{n}, {k}], the model expects {list(expected or ())}")
+            report.quantized[tname] = report.quantized.get(tname, 0) + 1
             if isinstance(target, nn.Embedding) and "output.weight" in tensors:
                 # Its own table, not also the head's: a lookup reads its few rows from the file (146 MB
                 # of the default target that need not be resident; quant/file_rows.py).
-                report.quantized[tname] = report.quantized.get(tname, 0) + 1
                 report.file_bytes += wt.nbytes
                 _set(model, path, QuantEmbedding(rows=FileRows(gguf_path, wt)))
                 continue
             packed = blocks.pack_tensor(g.read(wt.name), qtype, n, k)
-            report.quantized[tname] = report.quantized.get(tname, 0) + 1
             if isinstance(target, nn.Linear):
                 # The products' layout now, so the row-major arrays go at once (not all at the end:
                 # the load's peak memory would hold every weight twice).
@@ -189,19 +199,25 @@ def build_quantized_model(
             continue
         _load_dense(model, path, target, _dense(g, wt), wt, bias, tname, report, say)
     _place_linears(model, quant)
+    return embedding
 
-    if "output.weight" not in tensors:  # a tied head reads the embedding table
-        if embedding is not None:  # the same arrays (QuantLinear's tensors share the numpy memory)
-            table = kernel_layout(embedding)
-            report.weight_bytes += table.nbytes - embedding.nbytes
-            model.lm_head = QuantLinear(table)
-            if table is not embedding:  # the head's panel layout: the lookups read those arrays too
-                _set(model, "model.embed_tokens", QuantEmbedding(table))
-        else:
-            lin = nn.Linear(config.hidden_size, config.vocab_size, bias=False, device="cpu")
-            lin.weight = model.get_submodule("model.embed_tokens").weight  # type: ignore[assignment]
-            model.lm_head = lin
 
+def _tie_head(model: nn.Module, config: Any, embedding: blocks.Packed | None, report: LoadReport) -> None:
+    """The LM head of a file without ``output.weight``: the embedding table's weights."""
+    if embedding is not None:  # the same arrays (QuantLinear's tensors share the numpy memory)
+        table = kernel_layout(embedding)
+        report.weight_bytes += table.nbytes - embedding.nbytes
+        model.lm_head = QuantLinear(table)
+        if table is not embedding:  # the head's panel layout: the lookups read those arrays too
+            _set(model, "model.embed_tokens", QuantEmbedding(table))
+    else:
+        lin = nn.Linear(config.hidden_size, config.vocab_size, bias=False, device="cpu")
+        lin.weight = model.get_submodule("model.embed_tokens").weight  # type: ignore[assignment]
+        model.lm_head = lin
+
+
+def _finish(model: nn.Module, config: Any) -> None:
+    """What the meta build left: rotary buffers, a check that every weight arrived, inference settings."""
     # Buffers the meta build left empty (rotary frequencies): rebuild those modules on the CPU.
     for path, module in list(model.named_modules()):
         if any(b.is_meta for b in module.buffers(recurse=False)) and "rotary" in type(module).__name__.lower():
@@ -215,7 +231,6 @@ def build_quantized_model(
     use_rowwise_attention(model)
     # The same operations without transformers' per-forward machinery (bit-identical results).
     use_lean_forward(model)
-    return model, report
 
 
 # Projections that read the same input in transformers' Qwen2 layers, fused into one kernel call each:

@@ -65,7 +65,9 @@ class Packed:
     kind 8: ``codes`` int8 [n, g, 32], one code per weight, already minus the zero point (``shift`` 0);
     kinds 14 and 18: the same codes, scales and offsets in panels of 8 rows (:func:`interleave`); compact
     panels (``compact``: K-quants) hold the integer sub-block scales after each panel group's codes and
-    the per-256 factors d and dmin as ``scale`` and ``off`` (qkernel.cpp, "Super-block scales").
+    the per-256 factors d and dmin as ``scale`` and ``off`` (qkernel.cpp, "Super-block scales");
+    kind 16: compact Q6_K panels whose codes keep 6 bits (a 4-bit plane and a 2-bit plane, qkernel.cpp,
+    "6-bit panels"), ``shift`` 32.
     """
 
     kind: int
@@ -286,7 +288,8 @@ def concat_rows(parts: list[Packed]) -> Packed | None:
 # integer-to-fp32 step once per group for 8 rows instead of once per row (the few-row products' main
 # cost beside the multiplies). Same codes, scales and offsets, reordered once at load time.
 PANEL = 8
-PANEL_KINDS = frozenset({14, 18})  # compact panels too (Packed.compact)
+PANEL_KINDS = frozenset({14, 16, 18})  # compact panels too (Packed.compact); 16: Q6_K's 6-bit panels
+SIX = 16  # compact Q6_K panels with 6-bit codes (interleave's ``six``)
 
 
 def can_compact(p: Packed) -> bool:
@@ -308,13 +311,18 @@ def _row_order(a: np.ndarray, n: int) -> np.ndarray:
     return a.reshape(n // PANEL, -1, PANEL).transpose(0, 2, 1).reshape(n, -1)
 
 
-def interleave(p: Packed, compact: bool = False) -> Packed:
+def interleave(p: Packed, compact: bool = False, six: bool = False) -> Packed:
     """``p`` (kind 4 or 8, ``p.n`` a multiple of 8) in the panel layout (kind 14 or 18); with ``compact``
-    (see :func:`can_compact`) with super-block scales (qkernel.cpp, "Super-block scales")."""
+    (see :func:`can_compact`) with super-block scales (qkernel.cpp, "Super-block scales"); with ``six``
+    too (Q6_K only), its codes in 6 bits (kind 16, :func:`pack_six`)."""
     if p.kind not in (4, 8) or p.n % PANEL:
         raise ValueError(f"cannot interleave kind {p.kind} with {p.n} rows (needs kind 4 or 8, rows % 8 == 0)")
     if compact and not can_compact(p):
         raise ValueError(f"{TYPE_NAMES.get(p.source_type, p.source_type)} [{p.n}, {p.k}] cannot take compact panels")
+    if six:
+        if not (compact and p.source_type == Q6_K):
+            raise ValueError("6-bit panels hold compact Q6_K matrices only")
+        return pack_six(interleave(p, compact=True))
     g = p.k // QK
     np_ = p.n // PANEL
     if p.kind == 8:
@@ -354,6 +362,74 @@ def interleave(p: Packed, compact: bool = False) -> Packed:
                   p.source_type)
 
 
+def pack_six(p: Packed) -> Packed:
+    """Compact Q6_K panels (kind 18) -> kind 16: per panel and group, the codes' low 4 bits in kind 14's
+    quad layout (128 bytes), their high 2 bits (64 bytes), then the same 16 bytes of integer scales;
+    codes unsigned 0..63 (``shift`` 32). 6.625 bits a weight instead of 8.625 (the file: 6.5625).
+
+    High plane: quads 2j and 2j + 1 share the 16 bytes at 128 + 16j; byte 2i + e of them holds, for row i,
+    the high bits of inputs 8j + 4 + e (bits 0-1), 8j + 6 + e (2-3), 8j + e (4-5) and 8j + 2 + e (6-7),
+    so that one widening serves two quads (qkernel.cpp, "6-bit panels")."""
+    if p.kind != 18 or not p.compact or p.off.size:
+        raise ValueError("pack_six takes compact Q6_K panels (kind 18)")
+    g = p.k // QK
+    np_ = p.n // PANEL
+    block = p.codes.reshape(np_, g, 272)
+    # [P, g, 16 pairs, 8 rows, 2] -> per row and input: [P, g, 8 rows, 32 inputs], unsigned 0..63
+    u = (block[..., :256].view(np.int8).reshape(np_, g, 16, PANEL, 2).transpose(0, 1, 3, 2, 4)
+         .astype(np.int16) + 32).astype(np.uint8).reshape(np_, g, PANEL, 8, 2, 2)  # [.., quad, half, e]
+    lo, hi = u & 15, u >> 4
+    low = (lo[..., 0, :] | (lo[..., 1, :] << 4)).transpose(0, 1, 3, 2, 4)  # [P, g, quad, row, e]
+    h = hi.reshape(np_, g, PANEL, 4, 2, 2, 2)  # [P, g, row, j, quad of the pair, half, e]
+    high = (h[..., 1, 0, :] | (h[..., 1, 1, :] << 2) | (h[..., 0, 0, :] << 4) | (h[..., 0, 1, :] << 6))
+    out = np.empty((np_, g, 208), np.uint8)
+    out[..., :128] = low.reshape(np_, g, 128)
+    out[..., 128:192] = high.transpose(0, 1, 3, 2, 4).reshape(np_, g, 64)  # [P, g, j, row, e]
+    out[..., 192:] = block[..., 256:]
+    return Packed(SIX, out.reshape(p.n, -1), p.scale, p.off, 32, p.n, p.k, p.source_type)
+
+
+def unpack_six(p: Packed) -> Packed:
+    """The inverse of :func:`pack_six`: kind 16 -> compact kind 18 panels (codes minus 32 as int8)."""
+    g = p.k // QK
+    np_ = p.n // PANEL
+    block = p.codes.reshape(np_, g, 208)
+    low = block[..., :128].reshape(np_, g, 8, PANEL, 2).transpose(0, 1, 3, 2, 4)  # [P, g, row, quad, e]
+    lo = np.stack([low & 15, low >> 4], axis=-2)  # [P, g, row, quad, half, e]
+    high = block[..., 128:192].reshape(np_, g, 4, PANEL, 2).transpose(0, 1, 3, 2, 4)  # [P, g, row, j, e]
+    hi = np.stack([np.stack([(high >> 4) & 3, high >> 6], axis=-2),
+                   np.stack([high & 3, (high >> 2) & 3], axis=-2)], axis=-3)  # [P, g, row, j, AB, half, e]
+    u = lo.reshape(np_, g, PANEL, 32) | (hi.reshape(np_, g, PANEL, 32) << 4)
+    q = (u.astype(np.int16) - 32).astype(np.int8)
+    codes = q.reshape(np_, g, PANEL, 16, 2).transpose(0, 1, 3, 2, 4).reshape(np_, g, 256)
+    out = np.empty((np_, g, 272), np.int8)
+    out[..., :256] = codes
+    out[..., 256:] = block[..., 192:].view(np.int8)
+    return Packed(18, out.reshape(p.n, -1), p.scale, p.off, 0, p.n, p.k, p.source_type)
+
+
+HALF_TYPES = frozenset({Q4_0, Q5_0, Q8_0})  # one fp16 scale per group, no offsets, in the file
+
+
+def can_half(p: Packed) -> bool:
+    """Whether ``p``'s scales can be held as fp16 (qkernel.cpp, "fp16 scales"): fp32-scale panels of a
+    type whose file stores one fp16 scale per group and no offsets, every scale exactly an fp16 value."""
+    if p.kind not in (14, 18) or p.compact or p.off.size or p.source_type not in HALF_TYPES:
+        return False
+    if p.scale.dtype == np.float16:
+        return True
+    return p.scale.shape[1] == p.k // QK and bool(np.array_equal(p.scale.astype(np.float16).astype(np.float32),
+                                                                 p.scale))
+
+
+def half_scales(p: Packed) -> Packed:
+    """``p`` with its scales as fp16 (the same values: see :func:`can_half`)."""
+    if not can_half(p):
+        raise ValueError(f"{TYPE_NAMES.get(p.source_type, p.source_type)} kind {p.kind} cannot take fp16 scales")
+    return Packed(p.kind, p.codes, np.ascontiguousarray(p.scale, np.float16), p.off, p.shift, p.n, p.k,
+                  p.source_type, p.sub)
+
+
 def _uncompact(p: Packed) -> Packed:
     """Compact panels -> the same panels with fp32 scales (and offsets) per group: the fp32 products
     ``d * sc`` and ``-(dmin * mn)`` that :func:`parse` forms (and the kernel), and the integer scales kept."""
@@ -386,6 +462,8 @@ def _uncompact(p: Packed) -> Packed:
 def deinterleave(p: Packed) -> Packed:
     """The inverse of :func:`interleave` (row-major kind 4 or 8; from compact panels with ``sub`` set)."""
     sub = None
+    if p.kind == SIX:
+        p = unpack_six(p)
     if p.compact:
         p = _uncompact(p)
         sub = p.sub
@@ -400,5 +478,5 @@ def deinterleave(p: Packed) -> Packed:
     per = p.scale.shape[1] // g
     scale = p.scale.reshape(np_, g * per, PANEL).transpose(0, 2, 1).reshape(p.n, g * per)
     off = p.off.reshape(np_, g, PANEL).transpose(0, 2, 1).reshape(p.n, g) if p.off.size else p.off
-    return Packed(p.kind - 10, np.ascontiguousarray(c).reshape(p.codes.shape), np.ascontiguousarray(scale),
+    return Packed(p.kind - 10, np.ascontiguousarray(c).reshape(p.codes.shape), np.ascontiguousarray(scale, np.float32),
                   np.ascontiguousarray(off), p.shift, p.n, p.k, p.source_type, sub)

@@ -1,10 +1,14 @@
-"""Compact super-block scales vs fp32 per-group scales, in one process:
-`python -m dspark_lsp.quant.layout_ab --model qwen2.5-coder-1.5b`.
+"""Two kernel layouts of one model, timed in one process:
+`python -m dspark_lsp.quant.layout_ab --model qwen2.5-coder-1.5b --layouts compact,six`.
 
-Loads the model twice, once per layout (``DSPARK_COMPACT_SCALES`` 0 and 1 at load time), checks that both
-give the same logits bit for bit, then times n-token forwards on a KV cache of ``--context`` tokens,
-alternating the two models (ABBA order per round) so that a shared, loaded host slows both alike. Prints
-the weight bytes each forward reads, the median ms per layout and the median of the per-round ratios.
+Layouts (:data:`LAYOUTS`, the environment each is loaded under): ``fp32-scales`` (an fp32 scale per
+group for every type), ``compact`` (K-quants with their integer sub-block scales, Q6_K codes a byte each),
+``six`` (compact, Q6_K codes in 6 bits), ``half`` (compact, fp16 scales for Q8_0, Q5_0, Q4_0),
+``six+half`` (both). Loads the model once per layout, checks that both give the same
+logits bit for bit, then times n-token forwards on a KV cache of ``--context`` tokens, alternating the
+two models (ABBA order per round) so that a shared, loaded host slows both alike. Prints the weight
+bytes each forward reads, the median ms per layout and the median of the per-round ratios (second
+layout over first).
 """
 
 from __future__ import annotations
@@ -17,7 +21,15 @@ from typing import Any
 
 import torch
 
-from dspark_lsp.quant.linear import ENV_COMPACT, QuantLinear
+from dspark_lsp.quant.linear import ENV_COMPACT, ENV_HALF, ENV_SIX, QuantLinear
+
+LAYOUTS: dict[str, dict[str, str]] = {
+    "fp32-scales": {ENV_COMPACT: "0", ENV_SIX: "0", ENV_HALF: "0"},
+    "compact": {ENV_COMPACT: "1", ENV_SIX: "0", ENV_HALF: "0"},
+    "six": {ENV_COMPACT: "1", ENV_SIX: "1", ENV_HALF: "0"},
+    "half": {ENV_COMPACT: "1", ENV_SIX: "0", ENV_HALF: "1"},
+    "six+half": {ENV_COMPACT: "1", ENV_SIX: "1", ENV_HALF: "1"},
+}
 
 
 def weight_bytes(model: Any) -> int:
@@ -32,18 +44,20 @@ def weight_bytes(model: Any) -> int:
     return total
 
 
-def _load(spec: str, compact: bool) -> Any:
+def _load(spec: str, layout: str) -> Any:
     from dspark_lsp.models.loader import load_causal_lm
 
-    old = os.environ.get(ENV_COMPACT)
-    os.environ[ENV_COMPACT] = "1" if compact else "0"
+    env = LAYOUTS[layout]
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     try:
         model, _ = load_causal_lm(spec, dtype="gguf")
     finally:
-        if old is None:
-            os.environ.pop(ENV_COMPACT, None)
-        else:
-            os.environ[ENV_COMPACT] = old
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     return model
 
 
@@ -55,11 +69,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", default="1", help="forward widths (tokens), comma-separated")
     p.add_argument("--context", type=int, default=256)
     p.add_argument("--rounds", type=int, default=40)
+    p.add_argument("--layouts", default="fp32-scales,compact", help=f"two of {', '.join(LAYOUTS)}")
     args = p.parse_args(argv)
-    models = {"fp32-scales": _load(args.model, False), "compact": _load(args.model, True)}
+    first, second = args.layouts.split(",")
+    if first == second or first not in LAYOUTS or second not in LAYOUTS:
+        p.error(f"--layouts takes two different names of {', '.join(LAYOUTS)}")
+    models = {first: _load(args.model, first), second: _load(args.model, second)}
     for name, m in models.items():
         print(f"{name}: {weight_bytes(m) / 2**20:,.0f} MiB of weights per forward")
-    vocab = int(models["compact"].config.vocab_size)
+    vocab = int(models[second].config.vocab_size)
     ids = [(i * 7919) % min(vocab, 50_000) for i in range(args.context + 16)]
     caches = {}
     with torch.inference_mode():
@@ -83,10 +101,10 @@ def main(argv: list[str] | None = None) -> int:
                     forward(models[name], step, caches[name])
                     times[name].append((time.perf_counter() - t0) * 1000)
                     crop(caches[name], args.context)
-            old, new = times["fp32-scales"], times["compact"]
+            old, new = times[first], times[second]
             ratios = [n_ / o_ for o_, n_ in zip(old, new, strict=True)]
-            print(f"n={n}: fp32-scales {statistics.median(old):.1f} ms, compact {statistics.median(new):.1f} ms "
-                  f"(medians of {len(old)}), compact/fp32-scales median ratio {statistics.median(ratios):.3f}; "
+            print(f"n={n}: {first} {statistics.median(old):.1f} ms, {second} {statistics.median(new):.1f} ms "
+                  f"(medians of {len(old)}), {second}/{first} median ratio {statistics.median(ratios):.3f}; "
                   f"same logits: {same}", flush=True)
     return 0
 

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from dspark_lsp.quant.blocks import PANEL, Packed, can_compact, interleave
+from dspark_lsp.quant.blocks import PANEL, Q6_K, Packed, can_compact, can_half, half_scales, interleave
 from dspark_lsp.quant.file_rows import FileRows
 
 # Up to this many rows a product runs as batch-invariant dot products (decode and verify forwards);
@@ -56,12 +56,42 @@ def compact_enabled() -> bool:
     return os.environ.get(ENV_COMPACT, "1") != "0"
 
 
-def kernel_layout(packed: Packed, compact: bool | None = None) -> Packed:
+# 1: compact Q6_K panels keep 6-bit codes (kind 16, blocks.pack_six) instead of a byte a code; 0: a byte.
+ENV_SIX = "DSPARK_Q6K_6BIT"
+SIX_DEFAULT = "0"
+
+
+def six_enabled() -> bool:
+    return os.environ.get(ENV_SIX, SIX_DEFAULT) != "0"
+
+
+# 1: panels of Q8_0, Q5_0 and Q4_0 keep the file's fp16 scales (blocks.half_scales); 0: fp32 scales.
+ENV_HALF = "DSPARK_HALF_SCALES"
+HALF_DEFAULT = "1"
+
+
+def half_enabled() -> bool:
+    if os.environ.get(ENV_HALF, HALF_DEFAULT) == "0":
+        return False
+    try:
+        return bool(torch.ops.dspark_q.half_scales())
+    except (AttributeError, RuntimeError):  # the kernel is not loaded (or an older build)
+        return False
+
+
+def kernel_layout(packed: Packed, compact: bool | None = None, six: bool | None = None,
+                  half: bool | None = None) -> Packed:
     """``packed`` as the few-row products run it fastest: in panels of 8 rows where it can be, K-quants
-    with their compact super-block scales (unless ``compact`` is False, or None and ENV_COMPACT is 0)."""
+    with their compact super-block scales (unless ``compact`` is False, or None and ENV_COMPACT is 0),
+    compact Q6_K with 6-bit codes when ``six`` (None: ENV_SIX), and the plain types' scales as fp16 when
+    ``half`` (None: ENV_HALF)."""
     if packed.kind in (4, 8) and packed.n % PANEL == 0 and panels_enabled():
-        want = compact_enabled() if compact is None else compact
-        return interleave(packed, compact=want and can_compact(packed))
+        cs = (compact_enabled() if compact is None else compact) and can_compact(packed)
+        six_ = cs and packed.source_type == Q6_K and (six_enabled() if six is None else six)
+        out = interleave(packed, compact=cs, six=six_)
+        if (half_enabled() if half is None else half) and can_half(out):
+            out = half_scales(out)
+        return out
     return packed
 
 

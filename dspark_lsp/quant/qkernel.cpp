@@ -13,8 +13,10 @@
 //   kind 8: one int8 per weight, already minus the type's zero point (Q8_0, Q5_*, Q6_K). 5- and 6-bit
 //           codes are widened to a byte: measured on this project's AVX2 CPU, unpacking a 5-bit plane
 //           (20 bytes per 32 codes instead of 32) cost more arithmetic than the saved bytes saved time —
-//           equal at 1 row, ~10% slower at 4 (the 0.5B's 97 products).
-//   scale fp32 [N, G] (or [N, 2G]: a scale per 16 elements, Q6_K); off fp32 [N, G] or empty.
+//           equal at 1 row, ~10% slower at 4 (the 0.5B's 97 products). (That was the row-major layout;
+//           Q6_K panels can keep 6-bit codes, kind 16, "6-bit panels" below.)
+//   scale fp32 [N, G] (or [N, 2G]: a scale per 16 elements, Q6_K); off fp32 [N, G] or empty. Panels of
+//           types with one fp16 scale per group in the file may hold them as fp16 ("fp16 scales" below).
 //   weight = scale * (code - shift) + off: what the gguf package's dequantization gives (expand_* below
 //   rebuild exactly those values, compiled with -ffp-contract=off, for embeddings and prefill tiles).
 //
@@ -58,6 +60,7 @@ struct Mat {
   bool panel;  // kinds 14 / 18: the same codes in panels of 8 weight rows (see "Panel layout" below)
   bool compact;  // panels with integer sub-block scales and per-256 factors ("Super-block scales" below)
   int64_t S;     // compact: super-blocks of 256 weights per row (G / 8)
+  const uint16_t* scale16;  // fp16 scales per group instead of `scale` ("fp16 scales" below), or null
 };
 
 // Scalar reference of one group (also the portable path).
@@ -438,6 +441,37 @@ at::Tensor group_sums(const float* xp, int64_t M, int64_t K) {
 //          first half then of its second (Q6_K).
 //   scale: d as fp32 [P][S][8] (S = G / 8 super-blocks per row); off: dmin as fp32 [P][S][8] or empty.
 // The kernel tells the form by the scale tensor's width: G / 8 per row (compact) or G * U (fp32 scales).
+//
+// 6-bit panels (kind 16, layout 6: compact Q6_K only). Kind 18 widens Q6_K's 6-bit codes to a byte; here
+// they keep 6 bits: per panel and group, 128 bytes of low nibbles exactly as kind 14 lays them out (quad
+// q at byte 16q, byte 16q + 2i + e: inputs 4q + e and 4q + 2 + e of row i), then 64 bytes of high bits
+// (quads 2j and 2j + 1 at byte 128 + 16j; byte 2i + e: bits 0-1 and 2-3 the high bits of inputs
+// 8j + 4 + e and 8j + 6 + e, bits 4-5 and 6-7 those of 8j + e and 8j + 2 + e), then the 16 bytes of
+// integer scales: 208 bytes per 256 weights instead of 272. Codes are unsigned, 0..63 (shift 32). A
+// 16-byte load of a high plane, widened to 16 bits, serves two quads: the even quad's bits sit at 4-5 and
+// 6-7 of each lane, the odd quad's at 0-1 and 2-3 (shifted up by 4), so building a code is an and, an
+// or and a subtract on top of kind 14's work. The integer sums are kind 18's exactly, hence its results.
+
+// fp16 scales (panels with one scale per group and no offsets, kinds 14 / 18: Q8_0, Q5_0, Q4_0). Their
+// file stores each group's scale as fp16; widened to fp32 it is the same value, so keeping the fp16 bits
+// (16 bits per 32 weights instead of 32) and widening them in the kernel, one vcvtph2ps per group for 8
+// rows, changes no product. Selected by the scale tensor's dtype (float16).
+#ifdef __F16C__
+#define DSPARK_F16 1
+#endif
+// The 8 panel rows' scales at index i (of the scale array) as fp32.
+inline __m256 panel_scales(const Mat& m, int64_t i) {
+#ifdef DSPARK_F16
+  if (m.scale16 != nullptr) return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(m.scale16 + i)));
+#endif
+  return _mm256_loadu_ps(m.scale + i);
+}
+inline float scale_at(const Mat& m, int64_t i) {
+#ifdef DSPARK_F16
+  if (m.scale16 != nullptr) return _cvtsh_ss(m.scale16[i]);
+#endif
+  return m.scale[i];
+}
 
 // 8 rows' fp32 products factor * code: lanes i = f[i] * c[i] (c: 8 signed bytes).
 inline __m256 compact_scales(const float* f, const int8_t* c) {
@@ -453,9 +487,11 @@ inline __m256 compact_scales(const float* f, const int8_t* c) {
     else if (off_) { if (two_) fn<L, true, true, false>(__VA_ARGS__); else fn<L, true, false, false>(__VA_ARGS__); } \
     else { if (two_) fn<L, false, true, false>(__VA_ARGS__); else fn<L, false, false, false>(__VA_ARGS__); }    \
   } while (0)
+// Layout 6 (kind 16) is always compact Q6_K: no offsets, two scales per group.
 #define DSPARK_DISPATCH_PANEL(fn, m, ...)                                                 \
   do {                                                                                    \
-    if ((m).layout == 4) DSPARK_DISPATCH_PANEL_L(fn, 4, m, __VA_ARGS__);                   \
+    if ((m).layout == 6) fn<6, false, true, true>(__VA_ARGS__);                            \
+    else if ((m).layout == 4) DSPARK_DISPATCH_PANEL_L(fn, 4, m, __VA_ARGS__);              \
     else DSPARK_DISPATCH_PANEL_L(fn, 8, m, __VA_ARGS__);                                   \
   } while (0)
 
@@ -480,12 +516,13 @@ inline void panel_dots(const Mat& m, int64_t P, const int16_t* xq, const float* 
                        const float* xs1, int64_t G8, float* out, int64_t N) {
   constexpr int U = TWO ? 2 : 1;
   constexpr int PP = 16 / U;  // pairs of inputs per unit
-  constexpr int64_t GC = L == 8 ? 256 : 128;  // code bytes per panel and group
+  constexpr int64_t GC = L == 8 ? 256 : L == 6 ? 192 : 128;  // code bytes per panel and group
   constexpr int64_t GB = GC + (CS ? 16 : 0);  // compact: the group's 16 bytes of integer scales follow
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   const char* base = L == 8 ? reinterpret_cast<const char*>(m.q8) : reinterpret_cast<const char*>(m.nib);
   const __m256i low4 = _mm256_set1_epi16(0x0F);
+  const __m256i two_bits = _mm256_set1_epi16(0x30);
   const __m256i sh = _mm256_set1_epi16(static_cast<int16_t>(m.shift));
   for (int64_t g = 0; g < m.G; ++g) {
     const int64_t pg = P * m.G + g;
@@ -501,8 +538,25 @@ inline void panel_dots(const Mat& m, int64_t P, const int16_t* xq, const float* 
       for (int r = 0; r < R; ++r)
         for (int c = 0; c < C; ++c) s[r][c] = _mm256_setzero_si256();
 #pragma GCC unroll 16
-      for (int p = u * PP; p < (u + 1) * PP; p += (L == 8 ? 1 : 2)) {
-        if (L == 8) {
+      for (int p = u * PP; p < (u + 1) * PP; p += (L == 8 ? 1 : L == 6 ? 4 : 2)) {
+        if (L == 6) {
+          // quads p / 2 and p / 2 + 1 (pairs p .. p + 3) and their shared high plane
+          const __m256i ba = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(cp + 8 * p)));
+          const __m256i bb = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(cp + 8 * p + 16)));
+          const __m256i ha = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(cp + 128 + 4 * p)));
+          const __m256i hb = _mm256_slli_epi16(ha, 4);
+          const __m256i c[4] = {
+              _mm256_sub_epi16(_mm256_or_si256(_mm256_and_si256(ba, low4), _mm256_and_si256(ha, two_bits)), sh),
+              _mm256_sub_epi16(_mm256_or_si256(_mm256_srli_epi16(ba, 4),
+                                               _mm256_and_si256(_mm256_srli_epi16(ha, 2), two_bits)), sh),
+              _mm256_sub_epi16(_mm256_or_si256(_mm256_and_si256(bb, low4), _mm256_and_si256(hb, two_bits)), sh),
+              _mm256_sub_epi16(_mm256_or_si256(_mm256_srli_epi16(bb, 4),
+                                               _mm256_and_si256(_mm256_srli_epi16(hb, 2), two_bits)), sh)};
+          for (int r = 0; r < R; ++r) {
+            const int16_t* xp = xq + r * K + g * 32 + 2 * p;
+            for (int t = 0; t < 4; ++t) s[r][(p + t) % C] = dot_acc(s[r][(p + t) % C], c[t], bcast_pair(xp + 2 * t));
+          }
+        } else if (L == 8) {
           const __m256i c = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(cp + 16 * p)));
           for (int r = 0; r < R; ++r)
             s[r][p % C] = dot_acc(s[r][p % C], c, bcast_pair(xq + r * K + g * 32 + 2 * p));
@@ -521,7 +575,7 @@ inline void panel_dots(const Mat& m, int64_t P, const int16_t* xq, const float* 
           }
         }
       }
-      const __m256 ws = CS ? compact_scales(m.scale + sb, ax + 8 * u) : _mm256_loadu_ps(m.scale + (pg * U + u) * 8);
+      const __m256 ws = CS ? compact_scales(m.scale + sb, ax + 8 * u) : panel_scales(m, (pg * U + u) * 8);
       for (int r = 0; r < R; ++r) {
         __m256i t = s[r][0];
         for (int c = 1; c < C; ++c) t = _mm256_add_epi32(t, s[r][c]);
@@ -605,7 +659,7 @@ inline void transpose8x16(__m128i* a) {
 template <int L, bool OFF, bool TWO, bool CS>
 void expand_panel_t(const Mat& m, int64_t P, float* w, int64_t ldw, int only) {
   constexpr int U = TWO ? 2 : 1;
-  constexpr int64_t GC = L == 8 ? 256 : 128;
+  constexpr int64_t GC = L == 8 ? 256 : L == 6 ? 192 : 128;
   constexpr int64_t GB = GC + (CS ? 16 : 0);
   const char* base = L == 8 ? reinterpret_cast<const char*>(m.q8) : reinterpret_cast<const char*>(m.nib);
   const __m256i sh = _mm256_set1_epi16(static_cast<int16_t>(m.shift));
@@ -626,8 +680,25 @@ void expand_panel_t(const Mat& m, int64_t P, float* w, int64_t ldw, int only) {
       for (int i = 0; i < 8; ++i) q[i] = _mm_loadu_si128(cp + i);
       transpose8x16(q);  // row i: per quad, byte 0 = (4q | 4q+2 << 4), byte 1 = (4q+1 | 4q+3 << 4)
       const __m128i m4 = _mm_set1_epi8(0x0F);
+      __m128i h[8];  // layout 6: per row, the high plane's 16-bit word of each quad (from its pair's)
+      if (L == 6) {
+        for (int j = 0; j < 4; ++j) h[j] = _mm_loadu_si128(cp + 8 + j);
+        for (int j = 4; j < 8; ++j) h[j] = _mm_setzero_si128();
+        transpose8x16(h);  // row i: words 0-3 = pairs of quads j
+        const __m128i hi4 = _mm_set1_epi8(static_cast<char>(0xF0));
+        for (int i = 0; i < 8; ++i) {
+          const __m128i hq = _mm_unpacklo_epi16(h[i], h[i]);  // word q = pair q / 2's
+          // odd quads: their bits 0-3 of each byte moved to 4-7, as the even quads' already are
+          h[i] = _mm_blend_epi16(hq, _mm_and_si128(_mm_slli_epi16(hq, 4), hi4), 0xAA);
+        }
+      }
       for (int i = 0; i < 8; ++i) {
-        const __m128i a = _mm_and_si128(q[i], m4), b = _mm_and_si128(_mm_srli_epi16(q[i], 4), m4);
+        __m128i a = _mm_and_si128(q[i], m4), b = _mm_and_si128(_mm_srli_epi16(q[i], 4), m4);
+        if (L == 6) {
+          const __m128i two = _mm_set1_epi8(0x30);
+          a = _mm_or_si128(a, _mm_and_si128(h[i], two));
+          b = _mm_or_si128(b, _mm_and_si128(_mm_srli_epi16(h[i], 2), two));
+        }
         lo[i] = _mm_unpacklo_epi16(a, b);  // inputs 0-15 in order
         hi[i] = _mm_unpackhi_epi16(a, b);  // inputs 16-31
       }
@@ -635,7 +706,7 @@ void expand_panel_t(const Mat& m, int64_t P, float* w, int64_t ldw, int only) {
     for (int i = only < 0 ? 0 : only; i < (only < 0 ? 8 : only + 1); ++i) {
       __m256i c0 = L == 8 ? _mm256_cvtepi8_epi16(lo[i]) : _mm256_cvtepu8_epi16(lo[i]);
       __m256i c1 = L == 8 ? _mm256_cvtepi8_epi16(hi[i]) : _mm256_cvtepu8_epi16(hi[i]);
-      if (L == 4 && m.shift != 0) {
+      if (L != 8 && m.shift != 0) {
         c0 = _mm256_sub_epi16(c0, sh);
         c1 = _mm256_sub_epi16(c1, sh);
       }
@@ -643,9 +714,9 @@ void expand_panel_t(const Mat& m, int64_t P, float* w, int64_t ldw, int only) {
       const int64_t sb = CS ? (P * m.S + g / 8) * 8 + i : 0;
       // compact: the reference's fp32 products d * sc (and dmin * m), one scalar multiply each
       const __m256 s0 = _mm256_set1_ps(CS ? m.scale[sb] * static_cast<float>(ax[i])
-                                          : m.scale[(pg * U) * 8 + i]);
+                                          : scale_at(m, (pg * U) * 8 + i));
       const __m256 s1 = _mm256_set1_ps(CS ? m.scale[sb] * static_cast<float>(ax[(U - 1) * 8 + i])
-                                          : m.scale[(pg * U + U - 1) * 8 + i]);
+                                          : scale_at(m, (pg * U + U - 1) * 8 + i));
       __m256 w0 = _mm256_mul_ps(s0, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(c0))));
       __m256 w1 = _mm256_mul_ps(s0, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(c0, 1))));
       __m256 w2 = _mm256_mul_ps(s1, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(c1))));
@@ -698,13 +769,14 @@ void small_product(const Mat& m, const float* xp, int64_t M, int64_t K, int64_t 
 Mat make_mat(int64_t kind, const at::Tensor& codes, const at::Tensor& scale, const at::Tensor& off, int64_t K,
              int64_t shift) {
   TORCH_CHECK(K % 32 == 0, "K must be a multiple of 32, got ", K);
-  TORCH_CHECK(kind == 4 || kind == 8 || kind == 14 || kind == 18, "unknown code layout ", kind);
+  TORCH_CHECK(kind == 4 || kind == 8 || kind == 14 || kind == 16 || kind == 18, "unknown code layout ", kind);
 #ifndef DSPARK_AVX2
   TORCH_CHECK(kind < 10, "the panel layout needs AVX2 (kind ", kind, ")");
 #endif
   const bool panel = kind >= 10;
   kind %= 10;
-  TORCH_CHECK(scale.dim() == 2 && scale.scalar_type() == at::kFloat && scale.is_contiguous(), "bad scales");
+  const bool half = scale.scalar_type() == at::kHalf;
+  TORCH_CHECK(scale.dim() == 2 && (scale.scalar_type() == at::kFloat || half) && scale.is_contiguous(), "bad scales");
   TORCH_CHECK(codes.is_contiguous(), "codes must be contiguous");
   Mat m{};
   m.G = K / 32;
@@ -718,7 +790,19 @@ Mat make_mat(int64_t kind, const at::Tensor& codes, const at::Tensor& scale, con
   TORCH_CHECK(m.compact || (scale.size(1) == m.G * m.scales_per_group &&
                             (m.scales_per_group == 1 || m.scales_per_group == 2)),
               "bad scale shape");
-  m.scale = scale.data_ptr<float>();
+  if (half) {
+#ifdef DSPARK_F16
+    TORCH_CHECK(panel && !m.compact && m.scales_per_group == 1 && off.numel() == 0,
+                "fp16 scales need panels with one scale per group and no offsets");
+    m.scale16 = reinterpret_cast<const uint16_t*>(scale.data_ptr<at::Half>());
+    m.scale = nullptr;
+#else
+    TORCH_CHECK(false, "this kernel build has no fp16 scales (no F16C)");
+#endif
+  } else {
+    m.scale = scale.data_ptr<float>();
+    m.scale16 = nullptr;
+  }
   m.off = off.numel() ? off.data_ptr<float>() : nullptr;
   TORCH_CHECK(off.numel() == 0 || (off.numel() == N * per_row && off.scalar_type() == at::kFloat), "bad offsets");
   TORCH_CHECK(off.numel() == 0 || m.scales_per_group == 1, "offsets need one scale per group");
@@ -727,7 +811,12 @@ Mat make_mat(int64_t kind, const at::Tensor& codes, const at::Tensor& scale, con
   m.panel = panel;
   TORCH_CHECK(!panel || N % 8 == 0, "the panel layout needs a multiple of 8 rows, got ", N);
   const int64_t aux = m.compact ? N * m.G * 2 : 0;  // 16 bytes per panel and group: 2 per row and group
-  if (kind == 4) {
+  TORCH_CHECK(kind != 6 || (m.compact && off.numel() == 0), "6-bit panels are compact Q6_K panels");
+  if (kind == 6) {
+    TORCH_CHECK(codes.numel() == N * K * 3 / 4 + aux && codes.scalar_type() == at::kByte, "bad 6-bit codes");
+    m.nib = codes.data_ptr<uint8_t>();
+    m.q8 = nullptr;
+  } else if (kind == 4) {
     TORCH_CHECK(codes.numel() == N * K / 2 + aux && codes.scalar_type() == at::kByte, "bad 4-bit codes");
     m.nib = codes.data_ptr<uint8_t>();
     m.q8 = nullptr;
@@ -777,6 +866,15 @@ namespace dspark {
 
 void set_prefill_bf16(bool on) { g_prefill_bf16.store(on); }
 bool prefill_bf16() { return g_prefill_bf16.load(); }
+
+// Whether this build reads fp16 scales (panels of plain types, "fp16 scales" above): F16C.
+bool half_scales() {
+#if defined(DSPARK_AVX2) && defined(DSPARK_F16)
+  return true;
+#else
+  return false;
+#endif
+}
 
 // Whether this build has the panel layout's products (kinds 14 / 18): x86 with AVX2 and FMA.
 bool panels() {
@@ -879,7 +977,7 @@ at::Tensor qrows(const at::Tensor& ids_in, int64_t kind, const at::Tensor& codes
   const int64_t R = ids.numel(), N = scale.size(0);
   const int64_t* ip = ids.data_ptr<int64_t>();
   for (int64_t i = 0; i < R; ++i) TORCH_CHECK(ip[i] >= 0 && ip[i] < N, "row id ", ip[i], " out of range");
-  at::Tensor out = at::empty({R, K}, scale.options());
+  at::Tensor out = at::empty({R, K}, scale.options().dtype(at::kFloat));
   float* op = out.data_ptr<float>();
   at::parallel_for(0, R, 16, [&](int64_t a, int64_t b) {
 #ifdef DSPARK_AVX2
@@ -903,5 +1001,6 @@ TORCH_LIBRARY(dspark_q, lib) {
   lib.def("set_prefill_bf16(bool on) -> ()", &dspark::set_prefill_bf16);
   lib.def("prefill_bf16() -> bool", &dspark::prefill_bf16);
   lib.def("panels() -> bool", &dspark::panels);
+  lib.def("half_scales() -> bool", &dspark::half_scales);
   dspark::register_decoder_layer(lib);
 }
