@@ -59,8 +59,18 @@ def test_sticky_keeps_order_within_a_block_and_starts_over_in_another() -> None:
     project = ProjectContext()
     assert project._sticky("u", 0, (a, b)) == (a, b)
     assert project._sticky("u", 0, (b, a, c)) == (a, b, c)  # a re-ranking does not reorder; c is new
-    assert project._sticky("u", 0, (c, b)) == (b, c)  # a dropped piece goes, the rest keep their order
+    # A piece no longer gathered stays while the cursor stays in the block: dropping it would change the
+    # prompt's head and re-prefill the whole window (the replay's 2.5 s tail request).
+    assert project._sticky("u", 0, (c, b)) == (a, b, c)
     assert project._sticky("u", 1, (c, a)) == (c, a)  # another block: as gathered
+    # The same file's piece: kept when the new one says less, replaced in place when it says more.
+    short, longer = ContextFile("d", "def f(): ...\n", "definition"), ContextFile("d", "def f(): ...\ndef g(): ...\n",
+                                                                               "definition")  # fmt: skip
+    assert project._sticky("v", 0, (a, longer)) == (a, longer)
+    assert project._sticky("v", 0, (short,)) == (a, longer)
+    assert project._sticky("v", 0, (short, b)) == (a, longer, b)
+    assert project._sticky("w", 0, (short, a)) == (short, a)
+    assert project._sticky("w", 0, (longer,)) == (longer, a)
 
 
 @dataclass
