@@ -337,7 +337,9 @@ class CompletionService:
         The benchmarks build their prompts here too."""
         cfg = self.config
         context = None
-        if req.context and cfg.context_budget > 0:
+        # With a budget, a PromptContext even when no piece was found: its unused budget widens the file's
+        # window (prompt.py), so the prompt is contextWindow + contextBudget tokens either way.
+        if cfg.context_budget > 0:
             fmt = self.repo_format
             if not fmt.native:  # the plain fallback heads each piece with a comment of the file's language
                 fmt = replace(fmt, comment=(doc.spec.line_comment if doc.spec else None) or "#")

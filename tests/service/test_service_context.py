@@ -83,3 +83,19 @@ def test_warm_up_output_is_the_same_as_cold(make_service: Any) -> None:
     warmed = make_service(context_budget=512)
     warmed.warm(req(DOC))
     assert warmed.complete(req(DOC)).completion_ids == cold.completion_ids
+
+
+def test_a_request_without_pieces_gets_the_budget_as_window(make_service: Any) -> None:
+    """No piece found (a language without definitions, no import resolved): the file's window takes the
+    whole budget, as the measured 1,024-token window row, not just contextWindow."""
+    long_doc = "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(300))
+    wide = make_service(context_window=128, context_budget=256, prefix_share=0.9)
+    narrow = make_service(context_window=128, context_budget=0, prefix_share=0.9)
+    ids = lambda s: len(wide.tokenizer(s, add_special_tokens=False).input_ids)  # noqa: E731
+    from dspark_lsp.syntax.document import SyntaxDocument
+
+    doc = SyntaxDocument(long_doc, "python")
+    wide_prompt = wide.prompt_for(req(long_doc, ()), doc)
+    assert wide_prompt.context_tokens == 0 and "<|repo_name|>" not in wide_prompt.text
+    narrow_prompt = narrow.prompt_for(req(long_doc, ()), doc)
+    assert ids(narrow_prompt.text) <= 128 < ids(wide_prompt.text) <= 128 + 256
