@@ -34,9 +34,10 @@ class ServiceConfig:
     # Runner-up draft tokens verified beside the chain per round (engine.alternates); 0 = chain only.
     alternates: int = 3
     max_new_tokens: int = 64
-    # 768 + 256 of other files, suffix ~10%: chosen on the repository-level set (eval --repo, 2026-12-03:
-    # exact match 0.29 -> 0.42 against 256 tokens of the file alone) and the typing replay (a small suffix
-    # is what a keystroke re-prefills; prefixShare 0.94 matched 0.75 at 1,024 tokens on 60 holes).
+    # 768 + 256 of other files, suffix ~10%: chosen on the repository-level set (eval --repo, 300 holes:
+    # exact match 0.253 -> 0.307 against 256 tokens of the file alone, docs/CONTEXT.md) and the typing
+    # replay (a small suffix is what a keystroke re-prefills; prefixShare 0.94 matched 0.75 at 1,024 tokens
+    # on 60 holes).
     context_window: int = 768
     prefix_share: float = 0.9
     # Tokens of other files' context (open documents' chunks, imported definitions) before the FIM part,

@@ -520,10 +520,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def server_settings(args: Any) -> dict[str, Any]:
     """The `dspark` settings a replay or soak sends the server, from the bench's model options."""
     settings: dict[str, Any] = {"model": args.model}
@@ -557,3 +553,7 @@ def context_sources(value: str) -> dict[str, bool]:
     if unknown or not names and value.strip() != "none":
         raise UserError(f"--lsp-sources {value!r}: expected open,defs, open, defs or none")
     return {setting: name in names for name, setting in SOURCES.items()}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -99,6 +99,9 @@ class ChunkRing:
     def paths(self) -> list[str]:
         return list(self._chunks)
 
+    def __contains__(self, path: object) -> bool:
+        return path in self._chunks
+
     def _evict(self) -> None:
         while len(self) > self.limits.max_chunks or self.chars > self.limits.max_chars:
             if len(self._chunks) > 1:

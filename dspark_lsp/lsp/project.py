@@ -179,7 +179,7 @@ class ProjectContext:
         """Whether a piece kept from the last request may stay: its source is still on (the settings can
         change between requests) and, for an open document's chunk, the document is still open."""
         if piece.source == "open":
-            return settings.open_files and piece.path in self.ring.paths()
+            return settings.open_files and piece.path in self.ring
         return settings.defines(language)
 
     def _sticky(self, uri: str, block: int, pieces: tuple[ContextFile, ...],
@@ -188,16 +188,15 @@ class ProjectContext:
         pieces first, then only what is new (a definition for a name just typed). A changed context
         invalidates the KV of everything after it (the whole window), so a piece is never reordered or
         dropped while the cursor stays in the block, even when the gathering no longer finds it (typing
-        one character can take the name it defines out of the lines looked at: measured, a 605-token
-        re-prefill, 2.5 s, right after the first completion of a replay). A piece whose file changed is
-        replaced in place when it brings text the old one lacks (a file edited, a second name of it
+        one character can take the name it defines out of the lines looked at). A piece whose file changed
+        is replaced in place when it brings text the old one lacks (a file edited, a second name of it
         used); the prompt's budget still drops from the front."""
         last = self._last.get(uri)
         if last is not None and last[0] == block:
             fresh = {(p.path, p.source): p for p in pieces}
             kept = [_newer(p, fresh.get((p.path, p.source))) for p in last[1] if allowed(p)]
-            pieces = (*kept, *(p for p in pieces if p not in kept and (p.path, p.source) not in
-                               {(k.path, k.source) for k in kept}))
+            have = {(k.path, k.source) for k in kept}
+            pieces = (*kept, *(p for p in pieces if (p.path, p.source) not in have))
         self._last[uri] = (block, pieces)
         return pieces
 
