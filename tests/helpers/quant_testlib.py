@@ -221,3 +221,24 @@ def prefill_scratch_made_in_inference_mode(k: int = 1 << 16, rows: int = 128) ->
     torch.ops.dspark_q.set_prefill_bf16(True)
     with torch.inference_mode():
         lin(torch.ones(rows, k))
+
+
+def assert_same_logits_in_both(old: Any, new: Any, seed: int, vocab: int = 256) -> None:
+    """Two builds of one GGUF (two kernel layouts) give identical logits: a 20-token prefill, then every
+    forward width a verify uses, each on the same cached prefix."""
+    import torch
+
+    from dspark_lsp.engine import kv
+
+    ids = [int(t) for t in np.random.default_rng(seed).integers(0, vocab, 40)]
+    models = (old, new)
+    with torch.inference_mode():
+        caches = [kv.new_cache(m) for m in models]
+        pre = [kv.forward(m, ids[:20], c) for m, c in zip(models, caches, strict=True)]
+        assert torch.equal(pre[0], pre[1])
+        for width in (1, 2, 4, 5, 6, 8):
+            step = ids[20 : 20 + width]
+            outs = [kv.forward(m, step, c) for m, c in zip(models, caches, strict=True)]
+            assert torch.equal(outs[0], outs[1]), f"{width}-token forward differs between layouts"
+            for c in caches:
+                kv.crop(c, 20)
