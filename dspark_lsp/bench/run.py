@@ -219,6 +219,9 @@ def _load_service(args: argparse.Namespace) -> CompletionService:
         # No prefix cache: every method prefills every prompt. The bench calibrates itself (`_calibrate`):
         # it reports the raw curve and can run it unpadded.
         prefix_reuse=False, completion_cache=False, calibrate=False,
+        # One file, no other files' context: no budget, so --context-window is the whole prompt (an unused
+        # context budget would otherwise widen the window, prompt.py) and the prompts stay comparable.
+        context_budget=0,
     )
 
     def progress(message: str, _fraction: float | None) -> None:
