@@ -230,7 +230,8 @@ class WireClient:
                 for i, got in self.answers.items()
                 if got and i in self.sent_ids
             ]
-        return sorted(took, reverse=True)[:n]
+        # Sort on the time alone: ids are ints or strings, and two answers timed alike would compare them.
+        return sorted(took, key=lambda t: t[0], reverse=True)[:n]
 
     def check_exactly_once(self) -> None:
         with self._cond:
