@@ -213,8 +213,9 @@ class Decoder(Protocol):
         text so far as it grows."""
         ...
 
-    def warm(self, fp: FimPrompt, config: ServiceConfig, cancel: Any) -> int:
-        """Prefill ``fp`` ahead of a request where that means anything; the tokens prefilled."""
+    def warm(self, fp: FimPrompt, config: ServiceConfig, cancel: Any, *, keep_current: bool = False) -> int:
+        """Prefill ``fp`` ahead of a request where that means anything; the tokens prefilled.
+        ``keep_current``: ``fp`` is a second prompt of the document; leave the cached KV of the first."""
         ...
 
     def configure(self, config: ServiceConfig) -> None:

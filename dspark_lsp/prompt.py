@@ -103,10 +103,16 @@ def build_fim_prompt(
     prefix_share: float = 0.75,
     context: PromptContext | None = None,
     order: Order = "psm",
+    lookahead: int = 0,
 ) -> FimPrompt:
     """Prefix gets ``prefix_share`` of the ``context_window`` budget (plus whatever the suffix leaves
     unused); ``context`` adds up to its own budget of other files' tokens before them. ``order``: the
-    FIM arrangement, prefix-suffix-middle or suffix-prefix-middle."""
+    FIM arrangement, prefix-suffix-middle or suffix-prefix-middle.
+
+    ``lookahead``: build the prompt with that many fewer prefix tokens, i.e. with the window start the
+    prompt will have once the user has typed about that many more tokens here. Where it differs from the
+    plain prompt's start, the window is about to slide (every token after the context then changes), and
+    a background prefill of this prompt is what the request after the slide will reuse."""
     if not 0 <= offset <= len(text):
         raise ValueError(f"offset {offset} outside the document (length {len(text)})")
     head_text, head_ids, files = _context_part(context, tokenizer) if context is not None else ("", [], ())
@@ -119,7 +125,10 @@ def build_fim_prompt(
     budget = max(8, context_window + spare - 3)  # three FIM marker tokens
     prefix_text, suffix_text = text[:offset], text[offset:]
     used_suffix, suffix_ids = _suffix_part(suffix_text, tokenizer, int(budget * (1.0 - prefix_share)))
-    used_prefix, prefix_ids = _prefix_part(prefix_text, tokenizer, budget - len(suffix_ids))
+    prefix_budget = budget - len(suffix_ids)
+    # At most half the prefix: a look-ahead is for the next slide, never a window of a few lines.
+    prefix_budget -= min(max(0, lookahead), prefix_budget // 2)
+    used_prefix, prefix_ids = _prefix_part(prefix_text, tokenizer, prefix_budget)
     if context is not None and not context.format.native and head_text:
         # The plain fallback: the context is text before the prefix, inside the FIM part.
         fim_prefix_text, fim_prefix_ids = head_text + used_prefix, head_ids + prefix_ids

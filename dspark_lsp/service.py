@@ -59,6 +59,10 @@ _Shown, _Prepared, _ids_covering = Shown, Prepared, ids_covering
 # 0.5B, 961 prompt tokens, 2 threads, quiet host: slices of 64 / 128 / 256 took 6.1 / 4.5 / 3.4 s in all
 # (a slice pays a fixed cost for reading the weights), i.e. up to ~0.4 / 0.6 / 0.9 s of waiting.
 WARM_CHUNK = 128
+# How far ahead a warm-up looks for the window's next slide, in typed tokens: about 25 s of typing, while
+# warm-ups come at every typing pause and after every completion, so none is missed; small enough that the
+# slid window is rarely prefilled for a slide the user never reaches.
+LOOKAHEAD_TOKENS = 64
 
 log = logging.getLogger(__name__)
 
@@ -123,9 +127,12 @@ class LocalDecoder:
     def close(self) -> None:
         self.prefix_cache.clear()
 
-    def warm(self, fp: FimPrompt, config: ServiceConfig, cancel: threading.Event | None) -> int:
+    def warm(self, fp: FimPrompt, config: ServiceConfig, cancel: threading.Event | None, *,
+             keep_current: bool = False) -> int:
+        if not config.prefix_reuse or self.prefix_cache.covered(fp.ids) >= len(fp.ids) - 1:
+            return 0  # nothing to keep it in, or cached already (the decode always feeds the last token)
         decode_config = replace(config.decode_config(None, self.verify_cost_ms, self.pad_to), max_new_tokens=0,
-                                prefill_chunk=WARM_CHUNK)
+                                prefill_chunk=WARM_CHUNK, keep_stored=keep_current)
         res = self.engine.generate(fp.ids, config=decode_config, draft=self.draft, cancel=cancel)
         done = 0 if res.stats.stop_reason == "cancelled" else int(res.stats.prefill_tokens)
         self.warmed_tokens += done
@@ -329,12 +336,21 @@ class CompletionService:
         doc = SyntaxDocument(req.text, detect_language(req.path, req.language_id))
         if decide_scope(doc, req.offset, self.config.multiline) is Scope.NONE:
             return 0
-        return self.decoding.warm(self.prompt_for(req, doc), self.config, cancel)
+        fp = self.prompt_for(req, doc)
+        done = self.decoding.warm(fp, self.config, cancel)
+        # The window slides when the prefix outgrows its budget: its start jumps a block of lines and the
+        # request after it re-prefills everything past the context (605 tokens, 2.5-4 s on the 0.5B in
+        # the typing replay). When that is near, prefill the slid window too, beside the current one.
+        ahead = self.prompt_for(req, doc, lookahead=LOOKAHEAD_TOKENS)
+        if ahead.prefix != fp.prefix and not (cancel is not None and cancel.is_set()):
+            done += self.decoding.warm(ahead, self.config, cancel, keep_current=True)
+        return done
 
-    def prompt_for(self, req: CompletionRequest, doc: Any) -> FimPrompt:
+    def prompt_for(self, req: CompletionRequest, doc: Any, lookahead: int = 0) -> FimPrompt:
         """The FIM prompt a completion at ``req`` decodes from (``doc``: its syntax.SyntaxDocument): the
         settings' window, prefix share and order, and the request's other-files context within its budget.
-        The benchmarks build their prompts here too."""
+        The benchmarks build their prompts here too. ``lookahead``: the prompt as it will be after about
+        that many more typed tokens (prompt.build_fim_prompt)."""
         cfg = self.config
         context = None
         # With a budget, a PromptContext even when no piece was found: its unused budget widens the file's
@@ -347,7 +363,7 @@ class CompletionService:
             context = PromptContext(req.context, cfg.context_budget, name, req.repo_name or "", fmt)
         return build_fim_prompt(req.text, req.offset, self.tokenizer, self.fim, context_window=cfg.context_window,
                                 prefix_share=cfg.prefix_share, context=context,
-                                order=cfg.fim_order)  # type: ignore[arg-type]
+                                order=cfg.fim_order, lookahead=lookahead)  # type: ignore[arg-type]
 
     def complete(
         self,

@@ -81,6 +81,10 @@ class DecodeConfig:
     # Prompt tokens per prefill forward; None = the engine's default (decode.PREFILL_CHUNK). A smaller
     # slice lets a cancel land sooner (a background prefill yields to a real request between slices).
     prefill_chunk: int | None = None
+    # Reuse a stored prefix by copy when the stored entry holds another prompt's tokens past it, leaving
+    # that entry in the prefix cache (PrefixCache.take_with_features keep_others). For a background
+    # prefill of a second prompt of one document, which must not cost the first its cached KV.
+    keep_stored: bool = False
 
     def validate(self) -> None:
         if self.prefill_chunk is not None and self.prefill_chunk < 1:

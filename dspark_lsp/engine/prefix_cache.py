@@ -8,6 +8,7 @@ the rest. Entries are *taken out* while in use (no copies: a cache is megabytes)
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -82,8 +83,15 @@ class PrefixCache:
         cache, n, _ = self.take_with_features(ids)
         return cache, n
 
-    def take_with_features(self, ids: list[int]) -> tuple[DynamicCache | None, int, Features | None]:
-        """As :meth:`take`, plus the entry's stored features cropped to the same prefix (or None)."""
+    def take_with_features(
+        self, ids: list[int], *, keep_others: bool = False
+    ) -> tuple[DynamicCache | None, int, Features | None]:
+        """As :meth:`take`, plus the entry's stored features cropped to the same prefix (or None).
+
+        ``keep_others``: when the best entry holds tokens past the shared prefix (another prompt's KV),
+        return a copy of its prefix and leave it stored; an entry that ``ids`` merely extends is taken as
+        usual. A second prompt warmed for the same document (the window after its next slide) would
+        otherwise consume the entry the current prompt's requests reuse."""
         with self._lock:
             best_key, best_len = None, 0
             for key, entry in self._entries.items():
@@ -92,13 +100,23 @@ class PrefixCache:
                     best_key, best_len = key, n
             if best_key is None or best_len < self.min_reuse:
                 return None, 0, None
-            entry = self._entries.pop(best_key)
+            if keep_others and best_len < len(self._entries[best_key].ids):
+                # Copied under the lock: a stored entry is never in use, and nobody may take it meanwhile.
+                stored = self._entries[best_key]
+                entry = _Entry(stored.ids, copy.deepcopy(stored.cache), stored.features)
+            else:
+                entry = self._entries.pop(best_key)
         crop(entry.cache, best_len)
         feats = entry.features
         if feats is not None:
             first, rows = feats
             feats = (first, rows[: max(0, best_len - first)]) if best_len > first else None
         return entry.cache, best_len, feats
+
+    def covered(self, ids: list[int]) -> int:
+        """How many leading tokens of ``ids`` the best stored entry already holds (nothing is taken)."""
+        with self._lock:
+            return max((common_prefix_len(e.ids, ids) for e in self._entries.values()), default=0)
 
     def put(self, ids: list[int], cache: DynamicCache, features: Features | None = None) -> None:
         if cache_len(cache) != len(ids):

@@ -7,7 +7,10 @@ request finds it in the prefix cache and prefills only what changed. Triggers, e
 * a document opens: its end (where the replay, and often the user, starts typing); an editor that knows
   the cursor sends `dspark/cursor` at once after and moves the spot;
 * typing pauses (`PAUSE_S` after the last edit, no completion asked meanwhile): the edit's end;
-* `dspark/cursor` (our VS Code and Neovim clients send it when the cursor rests): that position.
+* `dspark/cursor` (our VS Code and Neovim clients send it when the cursor rests): that position;
+* a completion answered, the document unchanged since (`AFTER_COMPLETION_S`): the same spot. Its prompt is
+  cached by then, so this is for the service's look-ahead: the window as it will be after its next slide
+  (service.CompletionService.warm), prefilled while the user reads the suggestion or types on.
 
 One spot per document is pending at a time; a completion request for the document drops it (the request
 pays for its own prompt). The warm-up itself runs on the service's worker thread only when no
@@ -31,6 +34,7 @@ PAUSE_S = 0.6  # typing pause before a warm-up (longer than the completion debou
 OPEN_DELAY_S = 0.2  # after didOpen: leave the client a moment to send dspark/cursor
 CURSOR_DELAY_S = 0.3  # the cursor must rest this long
 CURSOR_METHOD = "dspark/cursor"
+AFTER_COMPLETION_S = 0.1  # a completion's answer was just sent: the worker is free, the user reads it
 
 
 @dataclass
@@ -54,6 +58,14 @@ class Warmer:
             return
         self._pending[uri] = loop.call_later(delay, self._fire, uri, offset)
 
+    def after_completion(self, uri: str, text: str, offset: int) -> None:
+        """A completion at ``offset`` of ``text`` (the document's whole text then) was answered: warm
+        that spot again unless a newer spot is pending (an edit came meanwhile) or the text changed by
+        the time it fires."""
+        if uri in self._pending:
+            return
+        self.schedule(uri, lambda now: offset if now is text else -1, AFTER_COMPLETION_S)
+
     def drop(self, uri: str) -> None:
         handle = self._pending.pop(uri, None)
         if handle is not None:
@@ -73,9 +85,12 @@ class Warmer:
         at = offset(text) if callable(offset) else offset
         if not 0 <= at <= len(text):
             return
-        from dspark_lsp.lsp.handlers.completion import request_at
+        from dspark_lsp.lsp.handlers.completion import request_at, windowed
 
-        worker.warm(uri, lambda: request_at(self.server, backend, uri, text, at, doc.language_id))
+        # The text the request there will see (a huge document is cut to a window around the cursor):
+        # the same text, so the same prompt, token for token.
+        seen, at = windowed(text, at)
+        worker.warm(uri, lambda: request_at(self.server, backend, uri, seen, at, doc.language_id))
 
 
 def end_of(text: str) -> int:

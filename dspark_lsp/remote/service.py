@@ -53,7 +53,8 @@ class RemoteDecoder:
     def close(self) -> None:
         pass
 
-    def warm(self, fp: FimPrompt, config: ServiceConfig, cancel: threading.Event | None) -> int:
+    def warm(self, fp: FimPrompt, config: ServiceConfig, cancel: threading.Event | None, *,
+             keep_current: bool = False) -> int:
         return 0  # the server's prefix cache is its own
 
     def decode(self, prep: Prepared, config: ServiceConfig, decode_text: Callable[[list[int]], str], *,

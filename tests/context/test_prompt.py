@@ -145,3 +145,35 @@ def test_outside_window_is_the_document_the_prompt_left_out(tiny_tokenizer: Any,
     small = "def f():\n    return 1\n"
     fp_small = build_fim_prompt(small, 9, tiny_tokenizer, fim, context_window=256)
     assert outside_window_ids(small, 9, fp_small, tiny_tokenizer) == []
+
+
+@settings(max_examples=40, deadline=None)
+@given(doc=documents(), window=st.integers(16, 200), ahead=st.integers(0, 300))
+def test_a_look_ahead_prompt_keeps_the_rules_and_starts_no_earlier(
+    tiny_tokenizer: Any, fim: FimTokens, doc: tuple[str, int], window: int, ahead: int
+) -> None:
+    text, offset = doc
+    plain = build_fim_prompt(text, offset, tiny_tokenizer, fim, context_window=window, prefix_share=0.9)
+    look = build_fim_prompt(text, offset, tiny_tokenizer, fim, context_window=window, prefix_share=0.9,
+                            lookahead=ahead)
+    assert len(look.ids) <= len(plain.ids) <= window
+    assert encode(tiny_tokenizer, look.text) == look.ids
+    assert plain.prefix.endswith(look.prefix) and look.suffix == plain.suffix  # its window starts no earlier
+    if ahead == 0:
+        assert look == plain
+
+
+def test_the_look_ahead_prompt_is_the_window_after_the_slide(tiny_tokenizer: Any, fim: FimTokens) -> None:
+    """Typing on at the end of a long file: the look-ahead prompt's window start is where the plain prompt's
+    start jumps to once the prefix outgrows its budget (the slide), and stays the same until then."""
+    lines = [f"value_{i} = compute(value_{i - 1}, {i})\n" for i in range(1, 200)]
+    text = "".join(lines)
+    build = lambda t, ahead=0: build_fim_prompt(  # noqa: E731
+        t, len(t), tiny_tokenizer, fim, context_window=400, prefix_share=0.9, lookahead=ahead)
+    start = lambda t, fp: len(t) - len(fp.prefix)  # noqa: E731
+    cut = next(n for n in range(40, len(lines)) if build("".join(lines[:n]), 64).prefix != build("".join(lines[:n])).prefix)
+    now = "".join(lines[:cut])
+    ahead = build(now, 64)
+    typed = next(m for m in range(1, 400) if start(now, build(now)) != start(now + text[len(now):][:m], build(now + text[len(now):][:m])))
+    slid = now + text[len(now):][:typed]
+    assert start(slid, build(slid)) == start(now, ahead)

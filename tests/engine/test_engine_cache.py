@@ -247,3 +247,19 @@ def test_prefix_cache_token_bound_and_minimum_reuse() -> None:
     with pytest.raises(ValueError):
         PrefixCache(max_entries=0)
     assert cache_nbytes(kv_of_length(3)) == 3 * 2 * 2 * 4
+
+
+def test_keep_others_copies_another_prompts_entry_and_takes_one_it_extends(target: Any) -> None:
+    pc = PrefixCache(max_entries=4, max_tokens=1000, min_reuse=2)
+    ids = list(range(1, 21))
+    cache = new_cache(target)
+    forward(target, ids, cache)
+    pc.put(ids, cache)
+    other = ids[:12] + [7, 8]  # shares 12 tokens, then differs: the stored entry is another prompt's
+    copy, n, _ = pc.take_with_features(other, keep_others=True)
+    assert copy is not None and n == 12 and cache_len(copy) == 12
+    assert len(pc) == 1 and pc.covered(ids) == 20  # still stored, whole
+    forward(target, [7, 8], copy)  # writing the copy leaves the stored entry's KV as it was
+    kept, m, _ = pc.take_with_features(ids + [5, 6], keep_others=True)  # extends it: taken, not copied
+    assert kept is not None and m == 20 and len(pc) == 0
+    assert torch.allclose(forward(target, [5], kept)[-1], fresh_logits(target, ids + [5])[-1], atol=1e-4)

@@ -134,4 +134,27 @@ async def test_no_warm_up_when_off_or_when_a_request_came(client: LanguageClient
     record = await record_of(client, other, 0, 1)  # asked at once: the pending warm-up is dropped
     await asyncio.sleep(0.6)
     record = await record_of(client, other, 0, 1)
-    assert record is not None and record["warms"] == ""
+    # Only the warm-up after the first answer, at its spot (offset 1), never the open's (the end).
+    assert record is not None and record["warms"] == f"{other}@1"
+
+
+async def test_a_warm_up_follows_an_answer_unless_the_user_moved_on(client: LanguageClient, tmp_path: Path) -> None:
+    await start(client, None, warmUp=True)
+    uri = (tmp_path / "a.py").as_uri()
+    open_doc(client, uri, MAIN)
+    await record_of(client, uri, 2, 3)  # drops the open's warm-up; its answer schedules one at (2, 3)
+    await asyncio.sleep(0.4)  # AFTER_COMPLETION_S
+    line_len = len(MAIN.split("\n", 1)[0]) + 1
+    record = await record_of(client, uri, 3, 2)
+    assert record is not None and record["warms"] == f"{uri}@{2 * line_len + 3}"
+    # An edit right after this answer: the spot it left (3, 2) is stale; the edit's pause warms instead.
+    client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+            content_changes=[types.TextDocumentContentChangePartial(
+                range=types.Range(types.Position(0, 0), types.Position(0, 0)), text="z")],
+        )
+    )
+    await asyncio.sleep(1.0)  # PAUSE_S
+    record = await record_of(client, uri, 5, 0)
+    assert record is not None and record["warms"] == f"{uri}@{2 * line_len + 3};{uri}@1"

@@ -47,6 +47,8 @@ class Cursor:
     character: int
     eol: str
     language_id: str | None
+    doc_text: str = ""  # the whole document's text when the request came (a follow-up warm-up's spot)
+    doc_offset: int = -1  # the cursor in ``doc_text``
 
 
 def resolve_cursor(session: Session, uri: str, position: types.Position) -> Cursor | None:
@@ -64,7 +66,8 @@ def resolve_cursor(session: Session, uri: str, position: types.Position) -> Curs
     line, character = offset_to_position(doc.text, full_offset, encoding=session.encoding, starts=doc.starts)
     text, offset = windowed(doc.text, full_offset)
     return Cursor(
-        uri, text, offset, line, character, dominant_line_ending(doc.text[:200_000]), doc.language_id
+        uri, text, offset, line, character, dominant_line_ending(doc.text[:200_000]), doc.language_id,
+        doc.text, full_offset,
     )
 
 
@@ -112,6 +115,8 @@ async def complete_at(session: Session, cursor: Cursor, *, explicit: bool) -> Ou
     # An explicit invocation (a keybinding) skips the debounce: the user asked and is waiting.
     debounce = 0 if explicit else session.lsp_settings.debounce_ms
     outcome = await worker.run(cursor.uri, make_request, debounce)
+    if outcome.status in ("ok", "empty") and cursor.doc_offset >= 0:
+        session.warmer.after_completion(cursor.uri, cursor.doc_text, cursor.doc_offset)
     if outcome.text:
         outcome.text = _match_line_endings(outcome.text, cursor.eol)
     return outcome
