@@ -349,3 +349,78 @@ def test_a_probe_is_verified_so_a_call_that_stopped_drafting_can_start_again(tar
     assert src.calls > 14
     assert 0 in res.stats.k_trace  # it did stop drafting for a while
     assert res.stats.accepted >= 20  # and then drafted again, right
+
+
+# --------------------------------------------------------------------------- a draft whose step is not free
+DEAR_VERIFY = {1: 40.0, 2: 44.0, 4: 52.0, 6: 60.0}
+
+
+def _k_for(draft_ms: float, per_token: bool = True, rate: float = 0.8) -> list[int]:
+    sched = ConfidenceScheduler(SchedulerConfig(k_min=1, k_max=5, verify_cost_ms=DEAR_VERIFY, accept_rate_start=rate))
+    return [sched.next_k(draft_ms, per_token) for _ in range(8)]
+
+
+def test_a_dearer_draft_step_shortens_the_draft() -> None:
+    free, cheap, dear = _k_for(0.0), _k_for(20.0), _k_for(60.0)
+    assert free == [5] * 8  # as before the draft had a price: verifying more costs little here
+    assert free[0] > cheap[0] > 0
+    # At 60 ms a token (1.5 target forwards) no length pays: nothing is drafted but the every-4th probe.
+    assert dear.count(0) == 6 and all(k > 0 for i, k in enumerate(dear) if i % 4 == 3)
+    # The same dear step paid once a round (a parallel draft) still pays for a long draft.
+    assert _k_for(60.0, per_token=False)[0] == 5
+
+
+def test_the_draft_price_is_the_best_value_counted_with_drafting() -> None:
+    """Brute force, written out: k maximises (1 + r + ... + r^k) / (verify(k + 1) + k * draft_ms)."""
+    from dspark_lsp.engine.costs import interpolate_cost
+
+    for ms in (0.0, 5.0, 15.0, 30.0):
+        sched = ConfidenceScheduler(SchedulerConfig(k_min=1, k_max=5, verify_cost_ms=DEAR_VERIFY, accept_rate_start=0.8))
+        values = {k: sum(0.8**j for j in range(k + 1)) / (interpolate_cost(DEAR_VERIFY, k + 1) + k * ms)
+                  for k in range(0, 6)}
+        assert values[sched.next_k(ms)] == pytest.approx(max(values.values()), rel=1e-9)
+
+
+class SlowRight(DraftSource):
+    """Proposes the target's own greedy continuation (from a reference decode), one token per forward."""
+
+    name = "slow-right"
+    supports_parallel = False
+
+    def __init__(self, prompt: list[int], continuation: list[int]) -> None:
+        self.full = prompt + continuation
+
+    def propose(self, context: list[int], max_tokens: int, **kw: Any) -> Proposal:
+        n = len(context)
+        toks = self.full[n : n + 1] or [0]
+        return Proposal(tokens=toks, confidence=[1.0] * len(toks), forwards=1)
+
+    def reset(self) -> None:
+        pass
+
+
+def test_a_slow_draft_is_scheduled_by_its_measured_cost_and_stays_lossless(target: Any) -> None:
+    prompt = [1, 2, 3]
+    cfg = DecodeConfig(max_new_tokens=24, draft_mode="ar", alternates=0,
+                       scheduler=SchedulerConfig(verify_cost_ms=DEAR_VERIFY, accept_rate_start=0.8))
+    plain = SpeculativeDecoder(target).generate(prompt, config=DecodeConfig(max_new_tokens=24))
+    runs = {}
+    for ms in (0.0, 60.0):
+        decoder = SpeculativeDecoder(target)
+        draft = SlowRight(prompt, plain.tokens)
+        decoder._draft_ms[draft.name] = ms  # as measured by an earlier call (kept across calls)
+        # Keep the price fixed for the test: the decoder would re-measure the (instant) forward.
+        draft.propose = _priced(draft.propose, decoder, draft.name, ms)  # type: ignore[method-assign]
+        runs[ms] = decoder.generate(prompt, config=cfg, draft=draft)
+    for res in runs.values():
+        assert res.tokens == plain.tokens  # lossless whatever the schedule
+    assert runs[60.0].stats.proposed < runs[0.0].stats.proposed / 2
+    assert runs[60.0].stats.k_trace.count(0) > len(runs[60.0].stats.k_trace) / 2
+
+
+def _priced(propose: Any, decoder: SpeculativeDecoder, name: str, ms: float) -> Any:
+    def run(*args: Any, **kw: Any) -> Proposal:
+        out = propose(*args, **kw)
+        decoder._draft_ms[name] = ms
+        return out
+    return run
