@@ -312,10 +312,7 @@ class SpeculativeDecoder:
         room = call.config.max_new_tokens - len(state.generated) - 1  # the target adds one token per round
         if draft is None or room <= 0:
             return Proposal()
-        # A parallel-capable draft is priced at one forward a round (its lower bound: semi-autoregressive
-        # drafting spends more at key positions); an autoregressive one at one forward a token.
-        k = sched.next_k(self._draft_ms.get(draft.name, 0.0),
-                         per_token=call.config.draft_mode == "ar" or not draft.supports_parallel)
+        k = sched.next_k()
         if call.calibrated:
             # The draft's confidences are calibrated acceptance probabilities: let the per-token cost
             # rule in DraftRound end the draft instead of a length guessed from past rounds.

@@ -26,18 +26,12 @@ class ConfidenceScheduler:
         self._tries = 0.0  # decayed count of draft tokens tried (accepted + the first rejected)
         self._idle = 0
         self._probing = False  # this round's k is the idle probe's (see _cost_aware_k)
-        # What drafting costs this round (ms per draft forward, one forward per token or per round): set by
-        # next_k; priced into the choice of k only (see _value).
-        self._draft_price = (0.0, True)
         self.k_trace: list[int] = []
         self.tau_trace: list[float] = []
 
-    def next_k(self, draft_ms: float = 0.0, per_token: bool = True) -> int:
-        """This round's draft length. ``draft_ms``: what one forward of the draft costs (0 for a lookup);
-        ``per_token``: the draft spends one forward per token (autoregressive) rather than one per round."""
+    def next_k(self) -> int:
         c = self.config
         self._probing = False
-        self._draft_price = (max(0.0, draft_ms), per_token)
         if c.fixed_k is not None:
             k = c.fixed_k
         elif c.verify_cost_ms:
@@ -51,15 +45,10 @@ class ConfidenceScheduler:
     def _cost(self, n: int) -> float:
         return interpolate_cost(self.config.verify_cost_ms or {1: 1.0}, n)
 
-    def _value(self, k: int, with_draft: bool = False) -> float:
-        """Expected tokens per ms of verify for a draft of k tokens at the running acceptance rate; with
-        ``with_draft``, per ms of drafting them too (the choice of k: a draft forward of the 0.5B under the
-        1.5B costs ~0.6 of a target forward, which a longer draft pays k times). Once drafted, the draft's
-        time is spent, so `worth` and the cost rules compare verify time alone."""
+    def _value(self, k: int) -> float:
+        """Expected tokens per ms of verify for a draft of k tokens at the running acceptance rate."""
         r = min(max(self._rate, 0.0), 0.999)
-        ms, per_token = self._draft_price
-        drafting = 0.0 if not with_draft or k == 0 else ms * (k if per_token else 1)
-        return (1.0 + sum(r**j for j in range(1, k + 1))) / (self._cost(k + 1) + drafting)
+        return (1.0 + sum(r**j for j in range(1, k + 1))) / self._cost(k + 1)
 
     def pays(self, n_draft: int, p_reach: float, draft_ms: float) -> bool:
         """Cost-aware mode: is draft token number ``n_draft`` worth its cost?
@@ -111,9 +100,9 @@ class ConfidenceScheduler:
         kept only if all before it were.
         """
         c = self.config
-        best_k, best = c.k_min, self._value(c.k_min, with_draft=True)
+        best_k, best = c.k_min, self._value(c.k_min)
         for k in range(c.k_min + 1, c.k_max + 1):
-            value = self._value(k, with_draft=True)
+            value = self._value(k)
             if value > best + 1e-12:  # ties go to the shorter draft
                 best_k, best = k, value
         # When even the cheapest draft costs more than it is expected to save (a CPU where verifying 2
