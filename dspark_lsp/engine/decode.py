@@ -26,7 +26,7 @@ from dspark_lsp.engine.acceptance import Verdict, greedy_accept, pick_token, sam
 from dspark_lsp.engine.alternates import Alternate, VerifyLayout, choose_alternates
 from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
 from dspark_lsp.engine.draft import NO_SLOT, DraftSource, Proposal
-from dspark_lsp.engine.drafting import DraftRound, KeyFn
+from dspark_lsp.engine.drafting import DraftMeter, DraftRound, KeyFn
 from dspark_lsp.engine.kv import (
     TreeRows,
     cache_len,
@@ -130,9 +130,9 @@ class SpeculativeDecoder:
         self.vocab_size = int(vocab_size or target.config.vocab_size)
         self.prefix_cache = prefix_cache
         self._lock = threading.Lock()
-        # ms per draft forward, per draft source name (smoothed; kept across calls): the cost-aware stop
-        # rule weighs it against the target's verify cost.
-        self._draft_ms: dict[str, float] = {}
+        # What drafting costs, per draft source name (ms per forward, forwards per round and per token;
+        # smoothed, kept across calls): the cost-aware k and stop rule weigh it against the verify cost.
+        self._draft_meter = DraftMeter()
 
     # -------------------------------------------------------------------- target forwards, verify layout
     def _forward(
@@ -312,6 +312,8 @@ class SpeculativeDecoder:
         room = call.config.max_new_tokens - len(state.generated) - 1  # the target adds one token per round
         if draft is None or room <= 0:
             return Proposal()
+        # The measured price of this source's draft: a draft forward that is not free shortens k.
+        sched.set_draft_cost(self._draft_meter.cost(draft, call.config.draft_mode))
         k = sched.next_k()
         if call.calibrated:
             # The draft's confidences are calibrated acceptance probabilities: let the per-token cost
@@ -323,7 +325,7 @@ class SpeculativeDecoder:
         if call.want_feats and state.feats.rows is not None:
             draft.set_features(state.feats.start, state.feats.rows)
         td = time.perf_counter()
-        rnd = DraftRound(draft, sched, call.config, call.is_key, state.stats, self._draft_ms, state.generator)
+        rnd = DraftRound(draft, sched, call.config, call.is_key, state.stats, self._draft_meter, state.generator)
         proposal = rnd.run(state.ids, state.generated, k)
         state.stats.t_draft += time.perf_counter() - td
         # (A calibrated draft's own probabilities already priced every token it kept.)

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from functools import partial
 from typing import TypeVar
 
 import torch
 
-from dspark_lsp.engine.config import DecodeConfig
+from dspark_lsp.engine.config import DecodeConfig, DraftMode
 from dspark_lsp.engine.draft import NO_SLOT, DraftSource, Proposal
-from dspark_lsp.engine.scheduler import ConfidenceScheduler
+from dspark_lsp.engine.scheduler import ConfidenceScheduler, DraftCost
 from dspark_lsp.engine.stats import DecodeStats
 
 KeyFn = Callable[[list[int]], bool]  # generated ids so far -> is the next position a key position?
@@ -31,11 +32,66 @@ def _at(items: Sequence[T] | None, i: int, default: T) -> T:
     return items[i] if items is not None and i < len(items) else default
 
 
+def _smooth(table: dict[str, float], name: str, sample: float) -> None:
+    old = table.get(name)
+    table[name] = sample if old is None else 0.8 * old + 0.2 * sample
+
+
+@dataclass
+class DraftMeter:
+    """What drafting costs, per draft source name, smoothed over rounds and kept across calls (so a
+    call prices its first round with what earlier calls measured): ms per draft forward, draft forwards
+    per round and per drafted token, and tokens per forward of the steps that could draft several.
+
+    The scheduler's :class:`DraftCost` comes from these. Whether a draft pays per token or per round
+    is the step's shape: an autoregressive draft (``supports_parallel`` False, or draft_mode "ar") pays
+    one forward per token. A parallel-capable one is measured, since a chain (n-gram lookup in front of
+    an autoregressive model: the 1.5B's 0.5B draft) says it supports parallel steps for its lookup's
+    sake, while its model still drafts one token per forward; a source whose forwards yield (smoothed)
+    at most one token each is priced per token too. Otherwise a round costs its measured forwards
+    whatever k is. Semi-autoregressive mode sits in between (a parallel block, plus one forward per
+    key position the round crosses); its measured forwards per round include those AR steps, but are
+    charged as a constant: the lower bound, since key positions are a minority of a round's tokens and
+    a per-token charge would make a parallel draft look as dear as an autoregressive one.
+    """
+
+    ms: dict[str, float] = field(default_factory=dict)
+    per_round: dict[str, float] = field(default_factory=dict)
+    per_token: dict[str, float] = field(default_factory=dict)
+    per_forward: dict[str, float] = field(default_factory=dict)  # tokens per forward, parallel steps
+
+    def cost(self, draft: DraftSource, mode: DraftMode) -> DraftCost:
+        name = draft.name
+        ms = self.ms.get(name, 0.0)
+        stepwise = mode == "ar" or not draft.supports_parallel or self.per_forward.get(name, 2.0) <= 1.0
+        if stepwise:
+            # Before a round is measured: one forward per token, as an autoregressive model takes.
+            return DraftCost(ms, per_token=self.per_token.get(name, 1.0))
+        return DraftCost(ms, per_round=self.per_round.get(name, 1.0))
+
+    def step(self, name: str, ms: float, forwards: int, tokens: int, could_batch: bool) -> None:
+        """One draft call: ``ms`` of it spent on ``forwards`` forwards that drafted ``tokens`` tokens
+        (``could_batch``: a parallel step asked for more than one)."""
+        if forwards <= 0:
+            return  # a lookup: free, and it says nothing about the model behind it
+        _smooth(self.ms, name, ms / forwards)
+        if could_batch:
+            _smooth(self.per_forward, name, tokens / forwards)
+
+    def round(self, name: str, forwards: int, tokens: int) -> None:
+        """One round's drafting: ``forwards`` draft forwards for the ``tokens`` it kept."""
+        if forwards <= 0 and tokens <= 0:
+            return
+        _smooth(self.per_round, name, float(forwards))
+        if tokens > 0:
+            _smooth(self.per_token, name, forwards / tokens)
+
+
 class DraftRound:
     """One round's drafting: the proposal built so far and what the stop rule needs to judge it.
 
-    ``draft_ms`` is the decoder's smoothed ms per draft forward by source name (kept across calls, so
-    the cost rule prices a forward before this call has measured one); this round updates it."""
+    ``meter`` is the decoder's :class:`DraftMeter` (kept across calls, so the cost rule prices a
+    forward before this call has measured one); this round updates it."""
 
     def __init__(
         self,
@@ -44,11 +100,13 @@ class DraftRound:
         config: DecodeConfig,
         is_key: KeyFn | None,
         stats: DecodeStats,
-        draft_ms: dict[str, float],
+        meter: DraftMeter,
         generator: torch.Generator | None,
     ) -> None:
         self.draft, self.sched, self.config, self.is_key = draft, sched, config, is_key
-        self.stats, self.draft_ms, self.generator = stats, draft_ms, generator
+        self.stats, self.meter, self.generator = stats, meter, generator
+        self.draft_ms = meter.ms
+        self.forwards = 0  # draft forwards this round
         self.name = draft.name
         self.calibrated = draft.calibrated
         self.by_cost = self.calibrated and sched.config.calibrated_stop == "cost"
@@ -73,6 +131,7 @@ class DraftRound:
             # exact context instead of a blind mask guess.
             if low_confidence:
                 break
+        self.meter.round(self.name, self.forwards, len(self.out.tokens))
         return self.out
 
     def _parallel(self, generated: list[int], key_cut: bool) -> bool:
@@ -91,10 +150,9 @@ class DraftRound:
         t0 = time.perf_counter()
         p = self.draft.propose(ids + self.out.tokens, want, parallel=parallel, tau=self.tau,
                                temperature=self.config.temperature, generator=self.generator)
-        if p.forwards > 0:
-            ms = (time.perf_counter() - t0) * 1000 / p.forwards
-            old = self.draft_ms.get(self.name)
-            self.draft_ms[self.name] = ms if old is None else 0.8 * old + 0.2 * ms
+        ms = (time.perf_counter() - t0) * 1000
+        self.meter.step(self.name, ms, p.forwards, len(p.tokens[:want]), parallel and want > 1)
+        self.forwards += p.forwards
         self.stats.draft_forwards += p.forwards
         if parallel:
             self.stats.draft_steps_parallel += 1
