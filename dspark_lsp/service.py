@@ -132,7 +132,7 @@ class LocalDecoder:
         if not config.prefix_reuse or self.prefix_cache.covered(fp.ids) >= len(fp.ids) - 1:
             return 0  # nothing to keep it in, or cached already (the decode always feeds the last token)
         decode_config = replace(config.decode_config(None, self.verify_cost_ms, self.pad_to), max_new_tokens=0,
-                                prefill_chunk=WARM_CHUNK, keep_stored=keep_current)
+                                prefill_chunk=WARM_CHUNK, keep_others=keep_current)
         res = self.engine.generate(fp.ids, config=decode_config, draft=self.draft, cancel=cancel)
         done = 0 if res.stats.stop_reason == "cancelled" else int(res.stats.prefill_tokens)
         self.warmed_tokens += done

@@ -84,7 +84,7 @@ class DecodeConfig:
     # Reuse a stored prefix by copy when the stored entry holds another prompt's tokens past it, leaving
     # that entry in the prefix cache (PrefixCache.take_with_features keep_others). For a background
     # prefill of a second prompt of one document, which must not cost the first its cached KV.
-    keep_stored: bool = False
+    keep_others: bool = False
 
     def validate(self) -> None:
         if self.prefill_chunk is not None and self.prefill_chunk < 1:

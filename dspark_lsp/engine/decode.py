@@ -264,7 +264,7 @@ class SpeculativeDecoder:
         cache, reused, stored = (None, 0, None)
         if self.prefix_cache is not None and len(call.prompt) > 1:
             cache, reused, stored = self.prefix_cache.take_with_features(
-                call.prompt[:-1], keep_others=call.config.keep_stored)
+                call.prompt[:-1], keep_others=call.config.keep_others)
         if cache is None:
             cache, reused = new_cache(self.target), 0
         stats.reused_tokens = reused

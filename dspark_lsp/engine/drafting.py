@@ -105,7 +105,6 @@ class DraftRound:
     ) -> None:
         self.draft, self.sched, self.config, self.is_key = draft, sched, config, is_key
         self.stats, self.meter, self.generator = stats, meter, generator
-        self.draft_ms = meter.ms
         self.forwards = 0  # draft forwards this round
         self.name = draft.name
         self.calibrated = draft.calibrated
@@ -180,7 +179,7 @@ class DraftRound:
                 return False, True
             self._append(p, i, int(tok), conf)
             # A token already in this step costs no further draft forward; the next step would.
-            more_ms = 0.0 if i + 1 < len(tokens) else self.draft_ms.get(self.name, 0.0)
+            more_ms = 0.0 if i + 1 < len(tokens) else self.meter.ms.get(self.name, 0.0)
             if self._stop_after(n, conf, more_ms):
                 return False, True
         return False, False
