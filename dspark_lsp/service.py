@@ -346,12 +346,15 @@ class CompletionService:
             done += self.decoding.warm(ahead, self.config, cancel, keep_current=True)
         return done
 
-    def prompt_for(self, req: CompletionRequest, doc: Any, lookahead: int = 0) -> FimPrompt:
+    def prompt_for(
+        self, req: CompletionRequest, doc: Any, lookahead: int = 0, config: ServiceConfig | None = None
+    ) -> FimPrompt:
         """The FIM prompt a completion at ``req`` decodes from (``doc``: its syntax.SyntaxDocument): the
         settings' window, prefix share and order, and the request's other-files context within its budget.
         The benchmarks build their prompts here too. ``lookahead``: the prompt as it will be after about
-        that many more typed tokens (prompt.build_fim_prompt)."""
-        cfg = self.config
+        that many more typed tokens (prompt.build_fim_prompt). ``config``: other prompt settings than the
+        service's (the eval compares a saved run's prompt with this one's)."""
+        cfg = config or self.config
         context = None
         # With a budget, a PromptContext even when no piece was found: its unused budget widens the file's
         # window (prompt.py), so the prompt is contextWindow + contextBudget tokens either way.

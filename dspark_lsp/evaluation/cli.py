@@ -62,6 +62,11 @@ def _add_decoding_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--context-window", type=int, default=None, help="prompt tokens (default: the server's)")
     p.add_argument(
+        "--context-budget", type=int, default=None,
+        help="tokens of other files before the window; what they leave widens the window "
+        "(default: the server's contextBudget; 0 = the current file's window alone)",
+    )
+    p.add_argument(
         "--prefix-share", type=float, default=None,
         help="share of the prompt budget before the cursor (default: the server's prefixShare)",
     )
@@ -198,6 +203,8 @@ def _service_config(args: argparse.Namespace) -> Any:
         cfg.max_new_tokens = args.max_new_tokens
     if args.context_window is not None:
         cfg.context_window = args.context_window
+    if args.context_budget is not None:
+        cfg.context_budget = args.context_budget
     if args.prefix_share is not None:
         cfg.prefix_share = args.prefix_share
     errs = cfg.problems()

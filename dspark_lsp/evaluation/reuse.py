@@ -57,18 +57,23 @@ def check_compatible(saved: SavedRun, service: dict[str, Any], raw_max_tokens: i
         )
 
 
-def prompt_ids(problem: Problem, service: Any, context_window: int, prefix_share: float) -> list[int]:
-    from dspark_lsp.prompt import build_fim_prompt
+# The settings that shape a hole's prompt; a saved run that lacks one had that setting's value then
+# (context_budget and fim_order came later: 0 and "psm" before).
+_PROMPT_KEYS = {"context_window": None, "prefix_share": None, "context_budget": 0, "fim_order": "psm"}
 
-    fp = build_fim_prompt(
-        problem.text,
-        problem.offset,
-        service.tokenizer,
-        service.fim,
-        context_window=context_window,
-        prefix_share=prefix_share,
-    )
-    return fp.ids
+
+def prompt_ids(problem: Problem, service: Any, settings: dict[str, Any] | None = None) -> list[int]:
+    """The token ids the service decodes ``problem`` from, with the prompt settings of ``settings`` (a
+    saved run's service settings) in place of its own where given."""
+    from dataclasses import replace
+
+    from dspark_lsp.evaluation.runner import service_prompt
+
+    config = service.config
+    if settings is not None:
+        changes = {k: settings.get(k, getattr(config, k) if d is None else d) for k, d in _PROMPT_KEYS.items()}
+        config = replace(config, **changes)
+    return list(service_prompt(service, problem, config).ids)
 
 
 def reused_record(saved: SavedRun, problem: Problem, service: Any) -> Record | None:
@@ -76,11 +81,8 @@ def reused_record(saved: SavedRun, problem: Problem, service: Any) -> Record | N
     item = saved.records.get((problem.set, problem.id))
     if item is None:
         return None
-    cfg = service.config
-    now = prompt_ids(problem, service, cfg.context_window, cfg.prefix_share)
-    then = prompt_ids(
-        problem, service, int(saved.service["context_window"]), float(saved.service["prefix_share"])
-    )
+    now = prompt_ids(problem, service)
+    then = prompt_ids(problem, service, saved.service)
     if now != then:
         return None
     rec = Record(problem, item["scope"], item["stop_reason"])

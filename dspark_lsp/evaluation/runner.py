@@ -100,20 +100,33 @@ def doc_key(problem: Problem) -> str:
     return f"eval://{problem.set}/{problem.id}"
 
 
-def service_attempt(service: Any, problem: Problem, cfg: RunConfig) -> tuple[Attempt, Any]:
+def request_of(problem: Problem) -> Any:
+    """The server's request for ``problem``: its document, cursor, language id, path and key."""
     from dspark_lsp.service import CompletionRequest
 
+    return CompletionRequest(
+        text=problem.text,
+        offset=problem.offset,
+        language_id=problem.language if problem.language != "plain" else None,
+        path=problem.path,
+        doc_key=doc_key(problem),
+    )
+
+
+def service_prompt(service: Any, problem: Problem, config: Any = None) -> Any:
+    """The FIM prompt the service decodes ``problem`` from (window, context budget, share and order of
+    ``config``, default the service's own): the raw output and --reuse must see the service's exact ids."""
+    from dspark_lsp.syntax import SyntaxDocument, detect_language
+
+    req = request_of(problem)
+    doc = SyntaxDocument(req.text, detect_language(req.path, req.language_id))
+    return service.prompt_for(req, doc, config=config)
+
+
+def service_attempt(service: Any, problem: Problem, cfg: RunConfig) -> tuple[Attempt, Any]:
     service.prefix_cache.clear()  # a first request: its latency includes the prefill
     t0 = time.perf_counter()
-    result = service.complete(
-        CompletionRequest(
-            text=problem.text,
-            offset=problem.offset,
-            language_id=problem.language if problem.language != "plain" else None,
-            path=problem.path,
-            doc_key=doc_key(problem),
-        )
-    )
+    result = service.complete(request_of(problem))
     latency = (time.perf_counter() - t0) * 1000
     passed = check_of(problem, cfg.timeout_s)(result.text) if problem.has_tests else None
     return judge(problem, result.text, latency, passed), result
@@ -123,17 +136,8 @@ def raw_output(service: Any, problem: Problem, max_tokens: int) -> tuple[str, li
     """The model's greedy continuation of the service's own prompt until its FIM end token (or
     ``max_tokens``), with no stop rule and no clean-up. The decoder is lossless, so the service's draft
     only makes it sooner; the prompt's prefill comes from the prefix cache the service call just filled."""
-    from dspark_lsp.prompt import build_fim_prompt
-
     cfg = service.config
-    fp = build_fim_prompt(
-        problem.text,
-        problem.offset,
-        service.tokenizer,
-        service.fim,
-        context_window=cfg.context_window,
-        prefix_share=cfg.prefix_share,
-    )
+    fp = service_prompt(service, problem)
     fim = service.fim
     res = service.decoder.generate(
         fp.ids,

@@ -128,6 +128,7 @@ def test_reuse_copies_only_holes_whose_prompt_is_unchanged(
 ) -> None:
     he = write_humaneval(tmp_path / "he", n=3)
     base = tmp_path / "w256.json"
+    cut = tmp_path / "w40.json"
     common = [*tiny_args, "--humaneval", str(he), "--sets", "single", "--limit", "3", "--json"]
     code, out, err = _run(capsys, *common, "--context-window", "256", "--out", str(base))
     assert code == 0, err
@@ -157,10 +158,17 @@ def test_reuse_copies_only_holes_whose_prompt_is_unchanged(
         assert a["raw_ids"] == b["raw_ids"]
 
     # A window that cuts every prompt: nothing can be copied.
-    code, out, err = _run(capsys, *common, "--context-window", "40", "--reuse", str(base))
+    code, out, err = _run(
+        capsys, *common, "--context-window", "40", "--context-budget", "0", "--out", str(cut), "--reuse", str(base)
+    )
     assert code == 0, err
     assert "0 of 3 holes reused" in err
     assert not any(p["reused"] for p in json.loads(out)["problems"])
+    # The same window with the server's context budget: what the (absent) other files leave of it widens
+    # the window, so the prompts are not the cut ones and nothing is copied from that run either.
+    code, out, err = _run(capsys, *common, "--context-window", "40", "--reuse", str(cut))
+    assert code == 0, err
+    assert "0 of 3 holes reused" in err
 
     # A saved run with another budget would give other completions: refused in one line.
     code, out, err = _run(capsys, *common, "--max-new-tokens", "4", "--reuse", str(base))
