@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from functools import partial
 from typing import Any
 
@@ -10,6 +11,10 @@ import torch
 from dspark_lsp.engine.draft import DraftSource, Proposal, runner_ups
 from dspark_lsp.engine.kv import cache_len, crop, forward, new_cache
 from dspark_lsp.engine.prefix_cache import common_prefix_len
+
+# Tokens a background prefill feeds between checks of its cancel event: a slice of the 0.5B is ~0.3 s on
+# two cores, so a request waits at most that long for the warm-up to yield.
+PREFILL_SLICE = 128
 
 
 def dist_from_logits(logits: torch.Tensor, temperature: float, vocab_size: int) -> torch.Tensor:
@@ -38,6 +43,25 @@ class ModelDraftSource(DraftSource):
     def reset(self) -> None:
         self._cache = new_cache(self.model)
         self._ids = []
+
+    def prefill(self, context: list[int], cancel: threading.Event | None = None) -> int:
+        """Feed what the cache lacks of ``context`` in slices, checking ``cancel`` between them (a slice
+        already fed is kept: the cache stays a prefix of ``context``). Without it, the first draft call of
+        a request prefills the whole prompt on the draft model: on the 1.5B+0.5B pair that was most of the
+        draft's time (bench/results/2026-12-04-1p5b-drafts/)."""
+        keep = common_prefix_len(self._ids, context)
+        crop(self._cache, keep)
+        self._ids = self._ids[:keep]
+        fed = 0
+        for start in range(keep, len(context), PREFILL_SLICE):
+            if cancel is not None and cancel.is_set():
+                break
+            part = context[start : start + PREFILL_SLICE]
+            forward(self.model, part, self._cache, keep=1)
+            self._ids.extend(part)
+            fed += len(part)
+        assert cache_len(self._cache) == len(self._ids)
+        return fed
 
     def _logits_after(self, context: list[int]) -> torch.Tensor:
         """Logits for the token after ``context``; leaves the cache covering all of ``context``."""

@@ -9,6 +9,7 @@ one answers whatever it proposes. Each answered proposal says which source made 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -54,6 +55,9 @@ class DraftChain(DraftSource):
     def reset(self) -> None:
         for link in self.links:
             link.source.reset()
+
+    def prefill(self, context: list[int], cancel: threading.Event | None = None) -> int:
+        return sum(link.source.prefill(context, cancel) for link in self.links)
 
     def propose(
         self,

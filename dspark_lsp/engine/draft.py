@@ -13,6 +13,7 @@ by subclassing the protocol, so no caller has to probe it for what it reads.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -123,6 +124,12 @@ class DraftSource(Protocol):
     def set_corpus(self, corpus: Callable[[], list[int]]) -> None:
         """A per-request corpus for n-gram lookup; a source calls ``corpus()`` only if it searches one."""
         return None
+
+    def prefill(self, context: list[int], cancel: threading.Event | None = None) -> int:
+        """Bring the source's own state up to ``context`` ahead of a request (a background warm-up), so
+        the request's first draft call feeds only what came after it; stop early when ``cancel`` is set.
+        The tokens it fed; a source without a cache of its own has nothing to do (0)."""
+        return 0
 
 
 # Runner-ups a draft reports per position: on held-out code the feature draft's 2nd choice was the
