@@ -175,6 +175,83 @@ void attend(const Attention& a, int64_t r, int64_t j, float* scores, float* out)
   for (int64_t i = 0; i < a.hd; ++i) out[i] *= inv;
 }
 
+#ifdef DSPARK_AVX2
+// attend() for a head size of C * 8 floats, with the same arithmetic in the same order, so the same bits:
+// each score is dot()'s fma chain over the head's 8-float chunks then hsum8, and each output lane is
+// axpy()'s fma over the keys in order. What changes is where the operands live. In attend() every key's
+// dot reloads q and is one dependent chain of C fmas (~4 cycles each), and every key's axpy loads and
+// stores the whole output vector. Here q and the output stay in registers (C <= 16: 16 + 4 of the 32
+// registers AVX-512VL gives 256-bit code), and four keys' dots run as four independent chains. Measured
+// (bench/results/2026-12-04-attention/): a 4-row verify forward on 1,024 cached tokens 8% faster on the
+// 0.5B, logits identical.
+template <int C>
+void attend_fixed(const Attention& a, int64_t r, int64_t j, float* scores, float* out) {
+  const int64_t n = a.keys.empty() ? a.past + r + 1 : a.counts[r];
+  const int64_t* idx = a.keys.empty() ? nullptr : a.keys[r];
+  const int64_t kvh = j / a.group;
+  const float* q = a.q + (r * a.nh + j) * a.hd;
+  const float* kb = a.k + kvh * a.k_head_stride;
+  const float* vb = a.v + kvh * a.v_head_stride;
+  if (n == 0) {
+    for (int64_t i = 0; i < C * 8; ++i) out[i] = 0.0f;
+    return;
+  }
+  __m256 qv[C];
+  for (int c = 0; c < C; ++c) qv[c] = _mm256_loadu_ps(q + 8 * c);
+  const int64_t ks = a.k_pos_stride;
+  int64_t s = 0;
+  for (; s + 4 <= n; s += 4) {
+    const float* k0 = kb + (idx ? idx[s] : s) * ks;
+    const float* k1 = kb + (idx ? idx[s + 1] : s + 1) * ks;
+    const float* k2 = kb + (idx ? idx[s + 2] : s + 2) * ks;
+    const float* k3 = kb + (idx ? idx[s + 3] : s + 3) * ks;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int c = 0; c < C; ++c) {
+      a0 = _mm256_fmadd_ps(qv[c], _mm256_loadu_ps(k0 + 8 * c), a0);
+      a1 = _mm256_fmadd_ps(qv[c], _mm256_loadu_ps(k1 + 8 * c), a1);
+      a2 = _mm256_fmadd_ps(qv[c], _mm256_loadu_ps(k2 + 8 * c), a2);
+      a3 = _mm256_fmadd_ps(qv[c], _mm256_loadu_ps(k3 + 8 * c), a3);
+    }
+    scores[s] = hsum8(a0) * a.scaling;
+    scores[s + 1] = hsum8(a1) * a.scaling;
+    scores[s + 2] = hsum8(a2) * a.scaling;
+    scores[s + 3] = hsum8(a3) * a.scaling;
+  }
+  for (; s < n; ++s) {
+    const float* k0 = kb + (idx ? idx[s] : s) * ks;
+    __m256 a0 = _mm256_setzero_ps();
+    for (int c = 0; c < C; ++c) a0 = _mm256_fmadd_ps(qv[c], _mm256_loadu_ps(k0 + 8 * c), a0);
+    scores[s] = hsum8(a0) * a.scaling;
+  }
+  float mx = -std::numeric_limits<float>::infinity();
+  for (s = 0; s < n; ++s) mx = scores[s] > mx ? scores[s] : mx;
+  for (s = 0; s < n; ++s) scores[s] -= mx;
+  exp_n(scores, scores, n);
+  float total = 0.0f;
+  __m256 o[C];
+  for (int c = 0; c < C; ++c) o[c] = _mm256_setzero_ps();
+  for (s = 0; s < n; ++s) {
+    const float* v = vb + (idx ? idx[s] : s) * a.v_pos_stride;
+    total += scores[s];
+    const __m256 w = _mm256_set1_ps(scores[s]);
+    for (int c = 0; c < C; ++c) o[c] = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 8 * c), o[c]);
+  }
+  const float inv = 1.0f / total;
+  for (int c = 0; c < C; ++c) _mm256_storeu_ps(out + 8 * c, o[c]);
+  for (int64_t i = 0; i < C * 8; ++i) out[i] *= inv;
+}
+#endif
+
+// The attention of one (row, query head): the register-resident version for the head sizes the shipped
+// models have (64: the 0.5B, 128: the 1.5B), the generic one otherwise.
+void attend_any(const Attention& a, int64_t r, int64_t j, float* scores, float* out) {
+#ifdef DSPARK_AVX2
+  if (a.hd == 64) return attend_fixed<8>(a, r, j, scores, out);
+  if (a.hd == 128) return attend_fixed<16>(a, r, j, scores, out);
+#endif
+  attend(a, r, j, scores, out);
+}
+
 // act[i] = silu(g[i]) * u[i] = g / (1 + e^-g) * u, for the rows of gu = [g | u].
 void silu_mul(const float* gu, float* act, int64_t rows, int64_t inter) {
   std::vector<float> e(inter);
@@ -292,7 +369,7 @@ at::Tensor decoder_layer(const at::Tensor& h_in, at::TensorList w, at::IntArrayR
   at::parallel_for(0, t * nh, 1, [&](int64_t b, int64_t e) {
     for (int64_t task = b; task < e; ++task) {
       const int64_t r = task / nh, j = task % nh;
-      attend(a, r, j, scp + task * stride_sc, ap + (r * nh + j) * hd);
+      attend_any(a, r, j, scp + task * stride_sc, ap + (r * nh + j) * hd);
     }
   });
 

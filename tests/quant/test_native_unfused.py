@@ -33,8 +33,10 @@ _LAYERS = ((T.Q4_K, T.Q4_K, T.Q6_K, T.Q4_K, T.Q4_K, T.Q4_K, T.Q6_K),
            (T.Q4_K, T.Q4_K, T.Q4_K, T.Q6_K, T.Q4_K, T.Q6_K, T.Q4_K))
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
+# 4 heads of 64 (the 0.5B's head size) and 2 of 128 (the 1.5B's): the C++ attention has a register-
+# resident path for each of those sizes, beside its generic one.
+@pytest.fixture(scope="module", params=[4, 2], ids=["head64", "head128"])
+def models(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> tuple[Any, Any]:
     """The same GGUF built twice: with DSPARK_NATIVE_UNFUSED=0 (unfused layers on the Python path) and
     as by default (every layer native)."""
     try:
@@ -42,7 +44,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
     except KernelUnavailable as exc:  # pragma: no cover - the kernel builds wherever the project is developed
         pytest.skip(f"the quantized kernel is unavailable here: {exc}")
     # K-quants need rows of 256 values: hidden and intermediate sizes of 256.
-    config = tiny_config(vocab=VOCAB, hidden=256, intermediate=256, heads=4, kv_heads=2, layers=2)
+    config = tiny_config(vocab=VOCAB, hidden=256, intermediate=256, heads=request.param, kv_heads=2, layers=2)
     types = {"token_embd.weight": T.Q8_0, "output.weight": T.Q6_K}
     for i, layer in enumerate(_LAYERS):
         types.update({f"blk.{i}.{role}.weight": t for role, t in zip(_ROLES, layer, strict=True)})
@@ -116,7 +118,7 @@ def test_native_unfused_verify_rows_equal_one_token_forwards_bitwise(models: tup
     _, native = models
     calls = _count_native(native, monkeypatch)
     rng = np.random.default_rng(7 + prefix)
-    for k in range(1, 9):
+    for k in (*range(1, 9), 12):  # 12 rows of 13-24 keys: four-key blocks and a remainder
         ids = [int(t) for t in rng.integers(0, VOCAB, prefix + k)]
         cache = kv.new_cache(native)
         kv.forward(native, ids[:prefix], cache)
