@@ -25,10 +25,15 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     p.add_argument("--sets", default="single,multi,span", help="HumanEval sets: single,multi,span")
     p.add_argument("--limit", type=int, default=10, help="prompts per source")
     p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--context-window", type=int, default=256)
     p.add_argument(
-        "--prefix-share", type=float, default=0.75,
-        help="share of the prompt budget before the cursor (the prefixShare setting; the rest is the suffix's)",
+        "--context-window", type=int, default=None,
+        help="prompt tokens of the current file (the contextWindow setting; default: 256 for the bench's "
+        "prompts, the server's own with --lsp)",
+    )
+    p.add_argument(
+        "--prefix-share", type=float, default=None,
+        help="share of the prompt budget before the cursor (the prefixShare setting; the rest is the suffix's; "
+        "default: 0.75 for the bench's prompts, the server's own with --lsp)",
     )
     p.add_argument(
         "--methods", default=",".join(DEFAULT_METHODS), help="comma-separated method names (dspark_lsp/bench/methods.py); ablations run only when named"

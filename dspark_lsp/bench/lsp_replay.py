@@ -528,8 +528,11 @@ def server_settings(args: Any) -> dict[str, Any]:
     if args.cache_dir:
         settings["cacheDir"] = args.cache_dir
     settings["maxNewTokens"] = args.max_new_tokens
-    settings["contextWindow"] = args.context_window
-    settings["prefixShare"] = args.prefix_share
+    # Unset: the server's own defaults (what a user gets), not a bench's.
+    if args.context_window is not None:
+        settings["contextWindow"] = args.context_window
+    if args.prefix_share is not None:
+        settings["prefixShare"] = args.prefix_share
     sources = getattr(args, "lsp_sources", None)
     if sources is not None:
         settings.update(context_sources(sources))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -150,3 +151,33 @@ def test_sources_flag_maps_to_the_servers_two_settings(capsys: pytest.CaptureFix
     assert main(["bench", "--lsp", "--lsp-sources", "tabs"]) != 0
     err = capsys.readouterr().err
     assert "--lsp-sources" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_replay_runs_the_servers_own_prompt_settings_unless_told() -> None:
+    """A replay measures what a user gets: without --context-window / --prefix-share the server keeps its
+    defaults (contextWindow 768, prefixShare 0.9), not the offline bench's 256 / 0.75 prompts."""
+    from dspark_lsp.bench.lsp_replay import server_settings
+    from dspark_lsp.cli import build_parser
+
+    plain = server_settings(build_parser().parse_args(["bench", "--lsp"]))
+    assert "contextWindow" not in plain and "prefixShare" not in plain
+    told = server_settings(build_parser().parse_args(["bench", "--lsp", "--context-window", "300",
+                                                      "--prefix-share", "0.8"]))
+    assert told["contextWindow"] == 300 and told["prefixShare"] == 0.8
+
+
+def test_the_offline_bench_keeps_its_published_prompt_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dspark_lsp.bench import run
+    from dspark_lsp.cli import build_parser
+
+    args = build_parser().parse_args(["bench", "--methods", "target_only"])
+    seen: list[tuple[int, float]] = []
+
+    def stop_here(_methods: str) -> Any:
+        seen.append((args.context_window, args.prefix_share))
+        raise SystemExit(0)
+
+    monkeypatch.setattr(run, "_chosen_methods", stop_here)
+    with pytest.raises(SystemExit):
+        run.run_bench(args)
+    assert seen == [(run.BENCH_WINDOW, run.BENCH_PREFIX_SHARE)] == [(256, 0.75)]
