@@ -47,6 +47,7 @@ from dspark_lsp.prompt import (
     detect_repo_format,
     outside_window_ids,
 )
+from dspark_lsp.warm_slices import WarmSlices
 
 if TYPE_CHECKING:
     from dspark_lsp.models.registry import PairSpec
@@ -55,10 +56,10 @@ if TYPE_CHECKING:
 # Names that moved to dspark_lsp.completion, still importable from here.
 _Shown, _Prepared, _ids_covering = Shown, Prepared, ids_covering
 
-# Prefill slice of a background warm-up, the longest a real request waits behind one. Measured on the
+# A background warm-up prefills in slices, the longest a real request waits behind one. Measured on the
 # 0.5B, 961 prompt tokens, 2 threads, quiet host: slices of 64 / 128 / 256 took 6.1 / 4.5 / 3.4 s in all
-# (a slice pays a fixed cost for reading the weights), i.e. up to ~0.4 / 0.6 / 0.9 s of waiting.
-WARM_CHUNK = 128
+# (a slice pays a fixed cost for reading the weights), i.e. up to ~0.4 / 0.6 / 0.9 s of waiting. So 128
+# tokens on the 0.5B, and on a slower model as many as take about as long (warm_slices.WarmSlices).
 # How far ahead a warm-up looks for the window's next slide, in typed tokens: about 25 s of typing, while
 # warm-ups come at every typing pause and after every completion, so none is missed; small enough that the
 # slid window is rarely prefilled for a slide the user never reaches.
@@ -109,6 +110,7 @@ class LocalDecoder:
         )
         self.engine = SpeculativeDecoder(target, prefix_cache=self.prefix_cache if config.prefix_reuse else None)
         self.warmed_tokens = 0  # prompt tokens prefilled ahead of requests (warm)
+        self.warm_slices = WarmSlices()
         self.draft_warmed_tokens = 0  # the same on the draft model's own cache
         param = next(target.parameters())
         self.weights = weights_kind(target)
@@ -143,9 +145,10 @@ class LocalDecoder:
         if not config.prefix_reuse or self.prefix_cache.covered(fp.ids) >= len(fp.ids) - 1:
             return 0  # nothing to keep it in, or cached already (the decode always feeds the last token)
         decode_config = replace(config.decode_config(None, self.verify_cost_ms, self.pad_to), max_new_tokens=0,
-                                prefill_chunk=WARM_CHUNK, keep_others=keep_current)
+                                prefill_chunk=self.warm_slices.size(), keep_others=keep_current)
         res = self.engine.generate(fp.ids, config=decode_config, draft=self.draft, cancel=cancel)
         done = 0 if res.stats.stop_reason == "cancelled" else int(res.stats.prefill_tokens)
+        self.warm_slices.observe(done, res.stats.t_prefill)
         self.warmed_tokens += done
         return done
 

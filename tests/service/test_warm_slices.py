@@ -1,0 +1,57 @@
+"""A warm-up's prefill slice follows the measured prefill rate, so a request waits behind one slice about as
+long on the 1.5B as on the 0.5B (warm_slices.WarmSlices)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dspark_lsp.service import CompletionRequest, CompletionService, ServiceConfig
+from dspark_lsp.warm_slices import WarmSlices
+
+
+def test_the_slice_takes_about_the_target_time() -> None:
+    s = WarmSlices()
+    assert s.size() == 128  # nothing timed yet
+    s.observe(960, 4.5)  # the 0.5B: 4.7 ms a token
+    assert s.size() == 128
+    s = WarmSlices()
+    s.observe(960, 12.0)  # three times slower: 12.5 ms a token
+    assert s.size() == 48
+    s.observe(960, 48.0)  # slower still: smoothed (12.5 and 50 -> 31 ms), and never under the floor
+    assert s.size() == 32
+    fast = WarmSlices()
+    fast.observe(1000, 0.5)
+    assert fast.size() == 256  # capped
+
+
+def test_short_or_empty_warm_ups_do_not_move_it() -> None:
+    s = WarmSlices()
+    s.observe(10, 1.0)  # a few tokens: mostly fixed cost
+    s.observe(0, 0.0)  # cancelled before it fed anything
+    assert s.ms_per_token is None and s.size() == 128
+
+
+def test_the_service_sizes_its_next_warm_up_from_the_last(tiny_models: tuple[Path, Path],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = ServiceConfig(model=str(tiny_models[0]), draft_model="ngram", max_new_tokens=4, completion_cache=False,
+                        context_window=400, context_budget=0)
+    service = CompletionService.load(cfg)
+    decoder = service.decoding
+    chunks: list[int] = []
+    real = decoder.engine.generate
+
+    def spy(ids: list[int], *, config: Any, **kw: Any) -> Any:
+        chunks.append(config.prefill_chunk)
+        res = real(ids, config=config, **kw)
+        res.stats.t_prefill = len(ids) * 0.0125  # as if 12.5 ms a token (the 1.5B's rate)
+        return res
+
+    monkeypatch.setattr(decoder.engine, "generate", spy)
+    text_a = "".join(f"alpha_{i} = {i}\n" for i in range(120))
+    text_b = "".join(f"beta_{i} = {i} * 2\n" for i in range(120))
+    for text in (text_a, text_b):
+        service.warm(CompletionRequest(text=text, offset=len(text), path="/w/a.py", doc_key="file:///w/a.py"))
+    assert chunks[0] == 128 and chunks[-1] == 48
