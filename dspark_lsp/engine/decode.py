@@ -234,6 +234,11 @@ class SpeculativeDecoder:
         call = _Call(prompt, config, draft, eos_ids, is_key, stop, on_tokens, cancel)
         state = self._start(call, scheduler_state)
         last_logits = self._prefill(call, state)
+        if last_logits is not None and draft is not None and config.max_new_tokens > 0:
+            # A draft model's own cache catches up with the prompt here, in the prefill (a no-op after a
+            # warm-up did it): left to the first draft call, a prompt's prefill was timed as one draft
+            # forward, which inflated the draft's measured price per forward and so shortened its drafts.
+            draft.prefill(prompt, cancel)
         state.stats.t_prefill = time.perf_counter() - t0
         if last_logits is None or call.cancelled():
             state.stop_reason = "cancelled"

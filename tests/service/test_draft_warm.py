@@ -97,3 +97,41 @@ def test_the_service_warm_up_prefills_the_draft_model(tiny_models: tuple[Path, P
     fed.clear()
     service.complete(req)
     assert all(n <= cfg.max_new_tokens + 1 for n in fed)  # never the prompt again
+
+
+def test_a_cold_decode_prefills_the_draft_in_its_prefill_not_in_a_draft_call(
+    tiny_models: tuple[Path, Path], source: ModelDraftSource, fed: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a warm-up, the draft model's prompt prefill happens in the decoder's prefill phase: no draft
+    call feeds the prompt (which the draft meter would time as one draft forward), and the output is the
+    target's own greedy decoding."""
+    from dspark_lsp.engine.config import DecodeConfig
+    from dspark_lsp.engine.decode import SpeculativeDecoder
+
+    target, _ = load_causal_lm(str(tiny_models[0]))
+    prompt = [(i * 37) % 200 + 3 for i in range(150)]
+    in_propose: list[bool] = [False]
+    seen: list[tuple[bool, int]] = []
+    real_propose = source.propose
+
+    def propose(*args: Any, **kw: Any) -> Any:
+        in_propose[0] = True
+        try:
+            return real_propose(*args, **kw)
+        finally:
+            in_propose[0] = False
+
+    monkeypatch.setattr(source, "propose", propose)
+    real_forward = causal_lm.forward
+
+    def forward(model: Any, ids: list[int], cache: Any, **kw: Any) -> Any:
+        seen.append((in_propose[0], len(ids)))
+        return real_forward(model, ids, cache, **kw)
+
+    monkeypatch.setattr(causal_lm, "forward", forward)
+    engine = SpeculativeDecoder(target)
+    res = engine.generate(prompt, config=DecodeConfig(max_new_tokens=12), draft=source)
+    alone = SpeculativeDecoder(target).generate(prompt, config=DecodeConfig(max_new_tokens=12), draft=None)
+    assert res.tokens == alone.tokens
+    assert sum(n for inside, n in seen if not inside) == len(prompt)  # the prefill phase fed the prompt
+    assert [n for inside, n in seen if inside] and all(n <= 2 for inside, n in seen if inside)
