@@ -595,14 +595,18 @@ inline void panel_dots(const Mat& m, int64_t P, const int16_t* xq, const float* 
   for (int r = 0; r < R; ++r) _mm256_storeu_ps(out + r * N + P * 8, acc[r]);
 }
 
-// Accumulator chains per row: ~8 multiply chains in flight in all.
-template <int R>
-constexpr int chains() { return R <= 2 ? 4 : R <= 6 ? 2 : 1; }
+// Accumulator chains per row: ~8 multiply chains in flight in all. Byte codes with two scales per group
+// (Q6_K) from 3 rows on keep one chain a row: that loop holds more registers, and with two chains it ran
+// the 1.5B's Q6_K products ~1.3x slower at 4 rows (three chains: ~1.7x), while one chain made the
+// one-scale byte types (Q5_0, Q8_0) slower (bench/results/2026-12-04-rows/). Integer sums are exact in
+// any order, so the chain count changes no result.
+template <int L, bool TWO, int R>
+constexpr int chains() { return R <= 2 ? 4 : (L == 8 && TWO) ? 1 : R <= 6 ? 2 : 1; }
 
 template <int L, bool OFF, bool TWO, bool CS, int R>
 inline void panel_pass(const Mat& m, int64_t P, const int16_t* xq, const float* xsu, int64_t GU8, int64_t K,
                        const float* xs1, int64_t G8, float* out, int64_t N) {
-  panel_dots<L, OFF, TWO, CS, R, chains<R>()>(m, P, xq, xsu, GU8, K, xs1, G8, out, N);
+  panel_dots<L, OFF, TWO, CS, R, chains<L, TWO, R>()>(m, P, xq, xsu, GU8, K, xs1, G8, out, N);
 }
 
 template <int L, bool OFF, bool TWO, bool CS>
