@@ -59,7 +59,7 @@ _Shown, _Prepared, _ids_covering = Shown, Prepared, ids_covering
 # A background warm-up prefills in slices, the longest a real request waits behind one. Measured on the
 # 0.5B, 961 prompt tokens, 2 threads, quiet host: slices of 64 / 128 / 256 took 6.1 / 4.5 / 3.4 s in all
 # (a slice pays a fixed cost for reading the weights), i.e. up to ~0.4 / 0.6 / 0.9 s of waiting. So 128
-# tokens on the 0.5B, and on a slower model as many as take about as long (warm_slices.WarmSlices).
+# tokens on the 0.5B, and on a slower model fewer (warm_slices.WarmSlices).
 # How far ahead a warm-up looks for the window's next slide, in typed tokens: about 25 s of typing, while
 # warm-ups come at every typing pause and after every completion, so none is missed; small enough that the
 # slid window is rarely prefilled for a slide the user never reaches.

@@ -1,11 +1,11 @@
 """How many prompt tokens a background warm-up prefills between checks for a waiting request.
 
 A request that arrives while a warm-up runs waits for the warm-up's current slice to finish. A fixed
-slice of 128 tokens was ~0.6 s on the 0.5B, but the 1.5B prefills about a third as fast, so the same
-slice kept a request waiting ~1.6 s (the typing replay's first request after a pause:
-bench/results/2026-12-04-1p5b-server/). The slice is sized instead from the measured prefill rate so that
-one slice takes about ``target_ms``; smaller slices cost throughput (each re-reads the weights), so it is
-kept between ``smallest`` and ``largest`` tokens, in steps of 16.
+slice of 128 tokens is 0.25-0.6 s on the 0.5B, but the 1.5B prefills 4-5 times slower, so the same slice
+kept a request waiting 1.3-1.9 s. The slice is sized instead from the measured prefill rate so that one
+slice takes about ``target_ms``, never more than the 128 tokens it was (the 0.5B keeps them) and never
+under 64: smaller slices cost throughput, each re-reading the weights (the 1.5B warmed at 9.9 ms a token
+in 128-token slices and 15.1 in 32-48-token ones, bench/results/2026-12-04-1p5b-server/).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 @dataclass
 class WarmSlices:
-    target_ms: float = 600.0  # what a 128-token slice took on the 0.5B: its slices stay as they were
-    smallest: int = 32
-    largest: int = 256
+    target_ms: float = 600.0  # the longest a 128-token slice took on the 0.5B
+    smallest: int = 64
+    largest: int = 128
     first: int = 128  # before any warm-up has been timed
     ms_per_token: float | None = None  # smoothed over the warm-ups so far
 
