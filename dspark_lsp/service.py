@@ -110,7 +110,6 @@ class LocalDecoder:
         )
         self.engine = SpeculativeDecoder(target, prefix_cache=self.prefix_cache if config.prefix_reuse else None)
         self.warmed_tokens = 0  # prompt tokens prefilled ahead of requests (warm)
-        self.warm_slices = WarmSlices()
         self.draft_warmed_tokens = 0  # the same on the draft model's own cache
         param = next(target.parameters())
         self.weights = weights_kind(target)
@@ -123,6 +122,7 @@ class LocalDecoder:
             self.verify_cost_ms, self.pad_to = plan.cost_ms, plan.pad_to
         else:
             self.verify_cost_ms = cost_profile(str(param.device), self.weights, packed=is_packed(target))
+        self.warm_slices = WarmSlices.from_verify_cost(self.verify_cost_ms)
 
     def configure(self, config: ServiceConfig) -> None:
         self.engine.prefix_cache = self.prefix_cache if config.prefix_reuse else None

@@ -19,7 +19,8 @@ class WarmSlices:
     smallest: int = 64
     largest: int = 128
     first: int = 128  # before any warm-up has been timed
-    ms_per_token: float | None = None  # smoothed over the warm-ups so far
+    ms_per_token: float | None = None  # smoothed over the warm-ups so far (or estimated, see below)
+    measured: bool = False  # ms_per_token comes from a timed warm-up
 
     def size(self) -> int:
         if self.ms_per_token is None or self.ms_per_token <= 0:
@@ -27,10 +28,24 @@ class WarmSlices:
         tokens = int(self.target_ms / self.ms_per_token) // 16 * 16
         return max(self.smallest, min(self.largest, tokens))
 
+    @classmethod
+    def from_verify_cost(cls, cost_ms: dict[int, float]) -> WarmSlices:
+        """Slices priced before any warm-up is timed, from the verify-cost curve measured at load: its
+        widest forward's ms per token (the 1.5B's 8-token forward, ~10 ms a token, is its warm-up rate;
+        the 0.5B's ~3.4 overstates its ~2 and still gives it 128). Without it, the first warm-up ran at
+        the untimed 128 tokens, and the 1.5B's first request after opening a file waited ~0.8 s behind it."""
+        slices = cls()
+        widest = max((n for n in cost_ms if n > 0 and cost_ms[n] > 0), default=0)
+        if widest >= 4:  # a one- or two-token forward is mostly fixed cost, not a rate
+            slices.ms_per_token = cost_ms[widest] / widest
+        return slices
+
     def observe(self, tokens: int, seconds: float) -> None:
         """A finished (or cancelled) warm-up prefilled ``tokens`` in ``seconds``; runs shorter than two
         slices of the smallest size say more about fixed costs than the rate, and are not counted."""
         if tokens < 2 * self.smallest or seconds <= 0:
             return
         rate = seconds * 1000.0 / tokens
-        self.ms_per_token = rate if self.ms_per_token is None else 0.5 * self.ms_per_token + 0.5 * rate
+        # The first measured rate replaces the verify curve's estimate; later ones are smoothed.
+        self.ms_per_token = rate if not self.measured else 0.5 * (self.ms_per_token or rate) + 0.5 * rate
+        self.measured = True

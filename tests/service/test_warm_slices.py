@@ -52,3 +52,12 @@ def test_the_service_sizes_its_next_warm_up_from_the_last(tiny_models: tuple[Pat
     for text in (text_a, text_b):
         service.warm(CompletionRequest(text=text, offset=len(text), path="/w/a.py", doc_key="file:///w/a.py"))
     assert chunks[0] == 128 and chunks[-1] == 96
+
+
+def test_the_first_warm_up_is_priced_from_the_verify_curve() -> None:
+    # The 1.5B's measured curve on the 2-core host: 8 tokens in 82 ms, ~10 ms a token -> the floor (64).
+    assert WarmSlices.from_verify_cost({1: 31.2, 2: 37.6, 4: 54.2, 8: 82.2}).size() == 64
+    assert WarmSlices.from_verify_cost({1: 15.5, 4: 18.4, 8: 27.4}).size() == 128  # the 0.5B's
+    assert WarmSlices.from_verify_cost({1: 1.0, 4: 8.0, 8: 100.0}).size() == 64  # 12.5 ms a token
+    assert WarmSlices.from_verify_cost({1: 0.05, 2: 0.1}).size() == 128  # no rate from 1-2 tokens
+    assert WarmSlices.from_verify_cost({}).size() == 128
