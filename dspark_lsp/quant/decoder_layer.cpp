@@ -147,14 +147,25 @@ struct Attention {
   std::vector<int64_t> counts;
 };
 
+// What one (row r, query head j) attends over: its key count and positions (idx null: keys 0..n-1, causal),
+// its query vector, and its key / value head's buffers.
+struct HeadTask {
+  int64_t n;
+  const int64_t* idx;
+  const float* q;
+  const float* kb;
+  const float* vb;
+};
+
+inline HeadTask head_task(const Attention& a, int64_t r, int64_t j) {
+  const int64_t kvh = j / a.group;
+  return {a.keys.empty() ? a.past + r + 1 : a.counts[r], a.keys.empty() ? nullptr : a.keys[r],
+          a.q + (r * a.nh + j) * a.hd, a.k + kvh * a.k_head_stride, a.v + kvh * a.v_head_stride};
+}
+
 // out[r, j, :] = softmax(scaling * q[r, j] . K[keys(r)]) @ V[keys(r)] for one (row, query head).
 void attend(const Attention& a, int64_t r, int64_t j, float* scores, float* out) {
-  const int64_t n = a.keys.empty() ? a.past + r + 1 : a.counts[r];
-  const int64_t* idx = a.keys.empty() ? nullptr : a.keys[r];
-  const int64_t kvh = j / a.group;
-  const float* q = a.q + (r * a.nh + j) * a.hd;
-  const float* kb = a.k + kvh * a.k_head_stride;
-  const float* vb = a.v + kvh * a.v_head_stride;
+  const auto [n, idx, q, kb, vb] = head_task(a, r, j);
   for (int64_t i = 0; i < a.hd; ++i) out[i] = 0.0f;
   if (n == 0) return;
   float mx = -std::numeric_limits<float>::infinity();
@@ -186,12 +197,7 @@ void attend(const Attention& a, int64_t r, int64_t j, float* scores, float* out)
 // 0.5B, logits identical.
 template <int C>
 void attend_fixed(const Attention& a, int64_t r, int64_t j, float* scores, float* out) {
-  const int64_t n = a.keys.empty() ? a.past + r + 1 : a.counts[r];
-  const int64_t* idx = a.keys.empty() ? nullptr : a.keys[r];
-  const int64_t kvh = j / a.group;
-  const float* q = a.q + (r * a.nh + j) * a.hd;
-  const float* kb = a.k + kvh * a.k_head_stride;
-  const float* vb = a.v + kvh * a.v_head_stride;
+  const auto [n, idx, q, kb, vb] = head_task(a, r, j);
   if (n == 0) {
     for (int64_t i = 0; i < C * 8; ++i) out[i] = 0.0f;
     return;
