@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Protocol
 
 from dspark_lsp.contract import CompletionRequest, CompletionStats
@@ -169,6 +169,10 @@ class Prepared:
     scope: Any
     fp: FimPrompt
     tracker: Any
+    # The target's outputs for this document's last requests, oldest first, each after its prompt's last
+    # tokens before the cursor; ``anchor``: this prompt's (engine.draft.RecentOutputs).
+    recent: tuple[tuple[int, ...], ...] = ()
+    anchor: tuple[int, ...] = ()
 
     def elapsed_ms(self) -> float:
         return round((time.perf_counter() - self.t0) * 1000, 2)
@@ -194,6 +198,9 @@ class Decoded:
     cancelled: bool
     stop_reason: str
     scheduler_state: tuple[float, ...] | None = None
+    # Every token the decoder produced, before the stop rules' cut (the local engine's; empty for a
+    # server): kept per document as the next requests' lookup corpus.
+    raw_ids: list[int] = field(default_factory=list)
 
 
 class Decoder(Protocol):

@@ -35,7 +35,7 @@ from dspark_lsp.completion import (
 from dspark_lsp.contract import CompletionRequest, CompletionResult, CompletionStats, ServiceRecord
 from dspark_lsp.engine.costs import calibrate_forwards, cost_profile
 from dspark_lsp.engine.decode import SpeculativeDecoder
-from dspark_lsp.engine.draft import DraftSource
+from dspark_lsp.engine.draft import DraftSource, RecentOutputs
 from dspark_lsp.engine.prefix_cache import PrefixCache
 from dspark_lsp.errors import ModelNotPrepared, UserError
 from dspark_lsp.models.gguf_target import weights_kind
@@ -64,6 +64,10 @@ _Shown, _Prepared, _ids_covering = Shown, Prepared, ids_covering
 # warm-ups come at every typing pause and after every completion, so none is missed; small enough that the
 # slid window is rarely prefilled for a slide the user never reaches.
 LOOKAHEAD_TOKENS = 64
+# The recent outputs' lookup (NgramDraftSource.set_recent) matches at most 4 tokens, so a short anchor
+# before the cursor is all it reads; 200 characters hold far more than 8 tokens of code.
+ANCHOR_TOKENS = 8
+ANCHOR_CHARS = 200
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +173,8 @@ class LocalDecoder:
 
         draft = self.draft
         set_lookup_corpus(draft, lambda: outside_window_ids(req.text, req.offset, fp, self.tokenizer))
+        if draft is not None:
+            draft.set_recent(RecentOutputs(prep.recent, prep.anchor, len(fp.ids)) if prep.recent else None)
         res = self.engine.generate(
             fp.ids,
             config=config.decode_config(req.max_new_tokens, self.verify_cost_ms, self.pad_to),
@@ -189,7 +195,8 @@ class LocalDecoder:
                                             weights=self.weights)
         cancelled = st.stop_reason == "cancelled"
         return Decoded(text, ids, stats, tracker.scope.value, cancelled,
-                       st.stop_reason if cut is None or cancelled else "syntax", res.scheduler_state)
+                       st.stop_reason if cut is None or cancelled else "syntax", res.scheduler_state,
+                       raw_ids=list(res.tokens))
 
 
 class CompletionService:
@@ -199,6 +206,9 @@ class CompletionService:
 
     RECENT = 50
     SHOWN_CACHE = 100
+    # The target's raw outputs kept per document for the next requests' lookup (NgramDraftSource.set_recent):
+    # a few pauses' worth, which is where the next answer's text comes back.
+    OUTPUTS_PER_DOC = 4
 
     def __init__(self, config: ServiceConfig, tokenizer: Any, decoding: Decoder, *, description: str = "") -> None:
         from dspark_lsp.models.fim import detect_fim_tokens
@@ -213,6 +223,8 @@ class CompletionService:
         self._shown: OrderedDict[str, list[Shown]] = OrderedDict()
         # Per-document scheduler state (what the confidence scheduler learnt), bounded LRU.
         self._sched_state: OrderedDict[str, tuple[float, ...]] = OrderedDict()
+        # Per-document recent raw outputs (oldest first), bounded LRU like the others.
+        self._outputs: OrderedDict[str, deque[tuple[int, ...]]] = OrderedDict()
         self._lock = threading.Lock()
 
     # ---------------------------------------------------------------- the local engine, where it runs
@@ -298,14 +310,16 @@ class CompletionService:
     def close(self) -> None:
         self.decoding.close()
         self._shown.clear()
+        self._outputs.clear()
 
     def forget(self, doc_key: str) -> None:
         """Drop a closed document's state: its shown completions (each holds a copy of the document's
-        text) and what the scheduler learnt. Both are LRU-bounded anyway; this frees them at once rather
+        text), its recent outputs and what the scheduler learnt. Both are LRU-bounded anyway; this frees them at once rather
         than after a hundred other requests. The prefix cache is keyed by tokens, not documents: it stays."""
         with self._lock:
             self._shown.pop(doc_key, None)
             self._sched_state.pop(doc_key, None)
+            self._outputs.pop(doc_key, None)
 
     def recent_stats(self) -> list[dict[str, Any]]:
         """The last requests' records in their wire form (dspark/stats' "service" list)."""
@@ -335,7 +349,9 @@ class CompletionService:
             return result
         fp = self.prompt_for(req, doc)
         tracker = doc.generation(req.offset, scope, continue_lines=cfg.multiline == "auto")
-        return Prepared(req, t0, before, after, scope, fp, tracker)
+        with self._lock:
+            recent = tuple(self._outputs.get(req.doc_key, ()))
+        return Prepared(req, t0, before, after, scope, fp, tracker, recent, self._anchor(fp.prefix))
 
     def warm(self, req: CompletionRequest, cancel: threading.Event | None = None) -> int:
         """Prefill the prompt a completion at ``req`` would use into the prefix cache, answering nothing:
@@ -398,6 +414,8 @@ class CompletionService:
             self._sched_state.move_to_end(req.doc_key)
             while len(self._sched_state) > self.SHOWN_CACHE:
                 self._sched_state.popitem(last=False)
+        if out.raw_ids:
+            self._keep_output(req.doc_key, [*prep.anchor, *out.raw_ids])
         return self._finish(prep, out.text, out.ids, out.stats, scope=out.scope, cancelled=out.cancelled,
                             stop_reason=out.stop_reason)
 
@@ -431,6 +449,21 @@ class CompletionService:
             self._shown.move_to_end(key)
             while sum(len(v) for v in self._shown.values()) > self.SHOWN_CACHE:
                 self._shown.popitem(last=False)
+
+    def _anchor(self, prefix: str) -> tuple[int, ...]:
+        """The last tokens before the cursor, as the recent outputs' lookup matches them (RecentOutputs).
+        Encoding a tail of the text is enough: only its last tokens are kept, and a cut through the first
+        word of the tail does not reach them."""
+        ids = self.tokenizer.encode(prefix[-ANCHOR_CHARS:], add_special_tokens=False) if prefix else []
+        return tuple(ids[-ANCHOR_TOKENS:])
+
+    def _keep_output(self, key: str, ids: list[int]) -> None:
+        with self._lock:
+            kept = self._outputs.setdefault(key, deque(maxlen=self.OUTPUTS_PER_DOC))
+            kept.append(tuple(ids))
+            self._outputs.move_to_end(key)
+            while len(self._outputs) > self.SHOWN_CACHE:
+                self._outputs.popitem(last=False)
 
     def _typed_through(self, key: str, before: str, after: str) -> CompletionResult | None:
         """If the user typed (part of) a completion we computed, answer with the rest of it."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from dspark_lsp.engine.draft import DraftSource, Proposal
+from dspark_lsp.engine.draft import DraftSource, Proposal, RecentOutputs
 
 
 @dataclass
@@ -51,6 +51,10 @@ class DraftChain(DraftSource):
     def set_corpus(self, corpus: Callable[[], list[int]]) -> None:
         for link in self.links:
             link.source.set_corpus(corpus)
+
+    def set_recent(self, recent: RecentOutputs | None) -> None:
+        for link in self.links:
+            link.source.set_recent(recent)
 
     def reset(self) -> None:
         for link in self.links:

@@ -2,7 +2,14 @@
 
 Free (no forward pass) and strong on code, which repeats identifiers and whole lines. Besides the
 context itself it can search an extra token corpus (e.g. the rest of the document outside the prompt
-window), given by the caller.
+window), given by the caller, and the target's own recent outputs for the document (``set_recent``).
+
+The recent outputs are searched first, for each n-gram length. While the user types, consecutive requests
+ask the target about nearly the same place: the answer it gave at the last pause (the rest of the line,
+the next lines) mostly reappears in the next one, shifted by what was typed, and the typed-through cache
+only catches the case where the user typed exactly its first characters. Where the user typed something
+else and then resumed the suggested code (the next line, the rest of a call), the lookup finds where the
+old answer resumes and proposes what followed there: the target's own words, which it tends to accept.
 """
 
 from __future__ import annotations
@@ -11,7 +18,7 @@ from collections.abc import Callable
 
 import torch
 
-from dspark_lsp.engine.draft import DraftSource, Proposal
+from dspark_lsp.engine.draft import DraftSource, Proposal, RecentOutputs
 
 
 class NgramDraftSource(DraftSource):
@@ -24,6 +31,7 @@ class NgramDraftSource(DraftSource):
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
         self.extra_corpus = list(extra_corpus or [])
+        self.set_recent(None)
 
     @property
     def extra_corpus(self) -> list[int]:
@@ -42,6 +50,18 @@ class NgramDraftSource(DraftSource):
 
     def set_corpus(self, corpus: Callable[[], list[int]]) -> None:
         self.extra_corpus = corpus()
+
+    def set_recent(self, recent: RecentOutputs | None) -> None:
+        """Index the document's recent outputs (oldest first): each n-gram's continuation in the newest
+        output that has one (a later output, and a later place in it, wins). Only n-grams followed by at
+        least one token are indexed, so a match at an output's very end does not hide an earlier one."""
+        self._recent_request = recent
+        self._recent = [list(out) for out in recent.outputs if out] if recent is not None else []
+        self._recent_index: dict[tuple[int, ...], tuple[int, int]] = {}
+        for which, out in enumerate(self._recent):
+            for n in range(self.min_ngram, self.max_ngram + 1):
+                for i in range(len(out) - n):
+                    self._recent_index[tuple(out[i : i + n])] = (which, i + n)
 
     def reset(self) -> None:
         pass
@@ -74,8 +94,15 @@ class NgramDraftSource(DraftSource):
         if max_tokens <= 0 or not context:
             return Proposal()
         want = max_tokens if parallel else 1
+        tail = self._recent_request.tail(context) if self._recent_request is not None and self._recent else []
         for n in range(min(self.max_ngram, len(context)), self.min_ngram - 1, -1):
             pattern = context[-n:]
+            hit = self._recent_index.get(tuple(tail[-n:])) if len(tail) >= n else None
+            if hit is not None:
+                out = self._recent[hit[0]]
+                tokens = out[hit[1] : hit[1] + want]
+                conf = self._confidence(n)
+                return Proposal(tokens=list(tokens), confidence=[conf] * len(tokens), dists=None, forwards=0)
             # The context itself, excluding the trailing occurrence that is the pattern.
             start = self._lookup(context, pattern, len(context) - 1)
             source = context

@@ -76,6 +76,27 @@ class Proposal:
             self.alternates.append(runner_ups())
 
 
+@dataclass(frozen=True)
+class RecentOutputs:
+    """What the target generated for the same document's last requests, and where this request stands.
+
+    Each of ``outputs`` (oldest first) is the last tokens of its prompt *before the cursor* followed by
+    every token the target generated there. ``anchor`` is this request's own last tokens before the cursor
+    and ``start`` the context position where its generated tokens begin (the prompt's length). A lookup
+    matches ``anchor + generated`` against the outputs: in a FIM prompt the tokens right before the
+    generated ones are the suffix and its markers, not the text the generation continues."""
+
+    outputs: tuple[tuple[int, ...], ...]
+    anchor: tuple[int, ...]
+    start: int
+
+    def tail(self, context: list[int]) -> list[int]:
+        """The text-order tokens that end at the context's end: the anchor, then what was generated."""
+        if len(context) < self.start:
+            return []
+        return [*self.anchor, *context[self.start :]]
+
+
 @runtime_checkable
 class DraftSource(Protocol):
     """Proposes up to ``max_tokens`` continuation tokens for ``context``.
@@ -92,6 +113,8 @@ class DraftSource(Protocol):
       and calls ``set_features`` before each draft call;
     * ``set_corpus``: the tokens a request's n-gram lookup may search besides the context (the document
       outside the prompt window), set once per request;
+    * ``set_recent``: the target's own outputs for the same document's last requests, which a lookup
+      searches before the context;
     * ``calibrated``: the draft's confidences are acceptance probabilities (a confidence head), which
       changes how the decoder ends a round.
     """
@@ -123,6 +146,11 @@ class DraftSource(Protocol):
 
     def set_corpus(self, corpus: Callable[[], list[int]]) -> None:
         """A per-request corpus for n-gram lookup; a source calls ``corpus()`` only if it searches one."""
+        return None
+
+    def set_recent(self, recent: RecentOutputs | None) -> None:
+        """The target's own recent outputs for the request's document, for a source that drafts by lookup:
+        what the target said a few keystrokes ago is the best guess of what it says now (None: none)."""
         return None
 
     def prefill(self, context: list[int], cancel: threading.Event | None = None) -> int:

@@ -11,7 +11,7 @@ from dspark_lsp.drafts.hybrid import HybridDraftSource, lookup_of
 from dspark_lsp.drafts.ngram import NgramDraftSource
 from dspark_lsp.engine.config import DecodeConfig
 from dspark_lsp.engine.decode import SpeculativeDecoder
-from dspark_lsp.engine.draft import DraftSource
+from dspark_lsp.engine.draft import DraftSource, RecentOutputs
 
 V = 40
 
@@ -129,3 +129,52 @@ def test_lookup_of_finds_the_ngram_source_a_draft_drafts_with(random_lm: Any) ->
     assert lookup_of(ngram) is ngram
     assert lookup_of(HybridDraftSource(plain, ngram)) is ngram
     assert lookup_of(plain) is None and lookup_of(None) is None
+
+
+# ------------------------------------------------------------------- the target's recent outputs
+def recent(outputs: list[list[int]], anchor: list[int], start: int) -> RecentOutputs:
+    return RecentOutputs(tuple(tuple(o) for o in outputs), tuple(anchor), start)
+
+
+def test_ngram_searches_recent_outputs_before_the_context() -> None:
+    src = NgramDraftSource(max_ngram=2)
+    # A FIM-like context: prompt [.. 5, 6 | suffix 90, 91], then the generated 92, 5, 6.
+    ctx = [1, 5, 6, 20, 21, 90, 91, 92, 5, 6]
+    assert src.propose(ctx, 2, parallel=True, tau=0.9).tokens == [20, 21]  # the context's own [5, 6]
+    src.set_recent(recent([[7, 5, 6, 30, 31, 32]], anchor=[4], start=7))
+    assert src.propose(ctx, 3, parallel=True, tau=0.9).tokens == [30, 31, 32]  # the same 2-gram, recent first
+    # A longer match in the context still beats a shorter one in the recent outputs.
+    src.set_recent(recent([[6, 40, 41]], anchor=[4], start=7))
+    assert src.propose(ctx, 2, parallel=True, tau=0.9).tokens == [20, 21]
+    # Cleared: back to the context alone.
+    src.set_recent(None)
+    assert src.propose(ctx, 2, parallel=True, tau=0.9).tokens == [20, 21]
+
+
+def test_ngram_matches_recent_outputs_from_the_text_before_the_cursor() -> None:
+    """At a FIM decode's first step the context ends in the suffix and the FIM markers; the recent outputs
+    are matched from the anchor (the tokens before the cursor) instead."""
+    src = NgramDraftSource(max_ngram=3)
+    prompt = [8, 3, 4, 70, 71, 72]  # ... 3 4 | the suffix and markers 70 71 72
+    src.set_recent(recent([[1, 3, 4, 50, 51, 52]], anchor=[3, 4], start=len(prompt)))
+    assert src.propose(prompt, 3, parallel=True, tau=0.9).tokens == [50, 51, 52]
+    assert src.propose([*prompt, 50], 3, parallel=True, tau=0.9).tokens == [51, 52]
+    # A context shorter than the prompt it was set for (another call): no recent match.
+    assert src.propose([3, 4], 2, parallel=True, tau=0.9).tokens == []
+
+
+def test_ngram_recent_outputs_newest_first_and_never_an_empty_continuation() -> None:
+    src = NgramDraftSource(max_ngram=2)
+    # The newest ends in [3, 4]: no continuation there, so the middle one answers.
+    src.set_recent(recent([[3, 4, 50, 51], [8, 3, 4, 60], [2, 3, 4]], anchor=[9], start=1))
+    assert src.propose([9, 3, 4], 2, parallel=True, tau=0.9).tokens == [60]
+    assert src.propose([9, 3, 4], 2, parallel=False, tau=0.9).tokens == [60]
+
+
+def test_a_hybrid_hands_the_recent_outputs_to_its_lookup(random_lm: Any) -> None:
+    hybrid = HybridDraftSource(ModelDraftSource(random_lm(1, vocab_size=V), V))
+    hybrid.set_recent(recent([[11, 12, 13, 14]], anchor=[11], start=2))
+    lookup = lookup_of(hybrid)
+    assert lookup is not None
+    p = hybrid.propose([30, 31, 12], 2, parallel=True, tau=0.9)
+    assert p.tokens == [13, 14] and p.forwards == 0 and p.sources == [lookup.name] * 2

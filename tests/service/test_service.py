@@ -294,3 +294,31 @@ def test_a_draft_model_that_is_not_prepared_falls_back_to_ngram_with_one_warning
     result = service.complete(req(DOC))
     # The target really decoded (not an empty answer): forwards ran and produced the answer's ids.
     assert not result.from_cache and (result.stats.target_forwards or 0) >= 1 and result.completion_ids
+
+
+# ------------------------------------------------------------------------ the recent outputs as drafts
+def test_a_request_drafts_from_the_documents_last_output(make_service: Any) -> None:
+    """The same place asked again with the typed-through cache off (as after moving away and back): the
+    lookup proposes the last answer, anchored on the text before the cursor, and the target accepts it,
+    so the request takes far fewer target forwards than on a fresh service; the text is the same."""
+    service = make_service(completion_cache=False)
+    first = service.complete(req(BLOCK_DOC))
+    anchor = service._anchor(BLOCK_DOC)
+    kept = list(service._outputs["file:///a.py"][-1])
+    assert anchor and kept[: len(anchor)] == list(anchor)
+    assert kept[len(anchor) : len(anchor) + len(first.completion_ids)] == first.completion_ids
+    second = service.complete(req(BLOCK_DOC))
+    fresh = make_service(completion_cache=False).complete(req(BLOCK_DOC))
+    assert second.text == fresh.text == first.text and second.completion_ids == fresh.completion_ids
+    assert second.stats["tokens"] == fresh.stats["tokens"] >= 8
+    assert second.stats["target_forwards"] * 2 <= fresh.stats["target_forwards"]
+
+
+def test_recent_outputs_are_per_document_and_dropped_on_close(make_service: Any) -> None:
+    service = make_service(completion_cache=False)
+    for i in range(CompletionService.OUTPUTS_PER_DOC + 2):
+        service.complete(req(BLOCK_DOC + "x" * i))
+    service.complete(req(BLOCK_DOC, doc="file:///b.py"))
+    assert len(service._outputs["file:///a.py"]) == CompletionService.OUTPUTS_PER_DOC
+    service.forget("file:///a.py")
+    assert "file:///a.py" not in service._outputs and "file:///b.py" in service._outputs
