@@ -861,6 +861,45 @@ at::Tensor kept_buffer(int slot, int64_t elems, at::ScalarType dtype) {
 
 float* prefill_tile(int64_t elems) { return kept_buffer(0, elems, at::kFloat).data_ptr<float>(); }
 
+// fp32 -> bf16, round to nearest even (what at::Tensor::copy_ does, so the prefill's weights keep the
+// bits they had when the whole fp32 tile was converted at once).
+inline void to_bf16(const float* src, uint16_t* dst, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+  for (; i + 16 <= n; i += 16) {
+    const __m256bh v = _mm512_cvtneps_pbh(_mm512_loadu_ps(src + i));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), reinterpret_cast<const __m256i&>(v));
+  }
+#endif
+  for (; i < n; ++i) dst[i] = c10::BFloat16(src[i]).x;
+}
+
+// Rows [n0, n0 + t) of the matrix as bf16 at dst (row-major, K a row): expanded 8 rows (a panel) or one
+// row at a time into a per-thread fp32 scratch, then rounded.
+void expand_tile_bf16(const Mat& m, int64_t n0, int64_t t, int64_t K, uint16_t* dst) {
+#ifdef DSPARK_AVX2
+  if (m.panel) {
+    at::parallel_for(0, t / 8, 1, [&](int64_t a, int64_t b) {
+      thread_local std::vector<float> scratch;
+      scratch.resize(static_cast<size_t>(8 * K));
+      for (int64_t i = a; i < b; ++i) {
+        expand_panel(m, n0 / 8 + i, scratch.data(), K);
+        to_bf16(scratch.data(), dst + i * 8 * K, 8 * K);
+      }
+    });
+    return;
+  }
+#endif
+  at::parallel_for(0, t, 8, [&](int64_t a, int64_t b) {
+    thread_local std::vector<float> scratch;
+    scratch.resize(static_cast<size_t>(K));
+    for (int64_t i = a; i < b; ++i) {
+      expand_row(m, n0 + i, scratch.data());
+      to_bf16(scratch.data(), dst + i * K, K);
+    }
+  });
+}
+
 // Process-wide: prefill products in bf16 (set_prefill_bf16). Off: the exact fp32 GEMM.
 std::atomic<bool> g_prefill_bf16{false};
 
@@ -931,9 +970,10 @@ at::Tensor qmm(const at::Tensor& x_in, int64_t kind, const at::Tensor& codes, co
   // 64 MB (a whole vocabulary head would be 545 MB).
   const int64_t tile = std::max<int64_t>(64, (int64_t(64) << 20) / (K * 4)) / 8 * 8;  // whole panels
   const int64_t rows = std::min(tile, N);
-  at::Tensor wt = at::from_blob(prefill_tile(rows * K), {rows, K}, at::TensorOptions().dtype(at::kFloat));
-  float* wp = wt.data_ptr<float>();
   const bool lowp = g_prefill_bf16.load();
+  at::Tensor wt = at::from_blob(prefill_tile(lowp ? 0 : rows * K), {lowp ? 0 : rows, K},
+                                at::TensorOptions().dtype(at::kFloat));
+  float* wp = wt.data_ptr<float>();
   // bf16 (set_prefill_bf16, CPUs with native bf16 products): the file's exact weights and the
   // activations rounded to bf16, ~2.5x the fp32 GEMM's speed on a 2-core AVX512-BF16 host (0.5B, 256
   // rows: 366 vs 148 GFLOP/s). Only prefill: decode and verify rows keep the int16 products above.
@@ -946,6 +986,17 @@ at::Tensor qmm(const at::Tensor& x_in, int64_t kind, const at::Tensor& codes, co
   }
   for (int64_t n0 = 0; n0 < N; n0 += tile) {
     const int64_t t = std::min(tile, N - n0);
+    if (lowp) {
+      // Straight to bf16: each thread rebuilds 8 rows in an fp32 scratch that stays in its cache and
+      // rounds them into the bf16 tile at once; the fp32 tile (4 bytes a weight written, read back,
+      // then 2 written) was most of a prefill slice's cost once the GEMM ran on AMX.
+      expand_tile_bf16(m, n0, t, K, reinterpret_cast<uint16_t*>(wb.data_ptr()));
+      at::Tensor wsub = wb.narrow(0, 0, t);
+      at::Tensor osub = ob.narrow(0, 0, M * t).view({M, t});
+      at::mm_out(osub, xb, wsub.t());
+      out.narrow(1, n0, t).copy_(osub);
+      continue;
+    }
 #ifdef DSPARK_AVX2
     if (m.panel) {
       at::parallel_for(0, t / 8, 1, [&](int64_t a, int64_t b) {
@@ -956,14 +1007,6 @@ at::Tensor qmm(const at::Tensor& x_in, int64_t kind, const at::Tensor& codes, co
     at::parallel_for(0, t, 8, [&](int64_t a, int64_t b) {
       for (int64_t i = a; i < b; ++i) expand_row(m, n0 + i, wp + i * K);
     });
-    if (lowp) {
-      at::Tensor wsub = wb.narrow(0, 0, t);
-      wsub.copy_(wt.narrow(0, 0, t));
-      at::Tensor osub = ob.narrow(0, 0, M * t).view({M, t});
-      at::mm_out(osub, xb, wsub.t());
-      out.narrow(1, n0, t).copy_(osub);
-      continue;
-    }
     if (t == N) {
       at::mm_out(out, x, wt.t());
     } else {

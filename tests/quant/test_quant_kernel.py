@@ -255,6 +255,21 @@ def test_bf16_prefill_rounds_only_the_many_row_products(bf16_prefill: object, n:
     assert torch.equal(lin(x[:8]), small_exact)  # decode / verify rows: untouched
 
 
+@pytest.mark.parametrize("qtype", [T.Q4_K, T.Q6_K, T.Q8_0, T.Q5_0])
+@pytest.mark.parametrize("n", [70, 72, 1096])  # row-major (70 is no multiple of 8), panels of 8 rows
+def test_bf16_prefill_is_the_bf16_gemm_of_the_files_values(bf16_prefill: object, qtype: T, n: int) -> None:
+    """The weights are rebuilt straight into bf16 (per panel, in a thread's scratch): they must round the
+    file's exact values to nearest even, as converting a whole fp32 tile did, so the product is the bf16
+    GEMM of those values, bit for bit."""
+    packed = _packed(qtype, n, 512, seed=42)
+    lin = QuantLinear(packed)
+    x = torch.randn(SMALL_M + 9, 512, generator=torch.Generator().manual_seed(13))
+    w = torch.from_numpy(packed.values()).float().bfloat16()
+    tile = max(64, (64 << 20) // (512 * 4)) // 8 * 8
+    ref = torch.cat([x.bfloat16() @ w[i : i + tile].t() for i in range(0, n, tile)], dim=1).float()
+    assert torch.equal(lin(x), ref)
+
+
 def test_bf16_prefill_serves_callers_in_and_out_of_inference_mode(bf16_prefill: object) -> None:
     # The engine decodes under inference mode, transformers' generate (the bench's hf_* methods) under
     # no_grad, in one process: the prefill buffers the kernel keeps, made by the one, served the other
