@@ -660,8 +660,26 @@ inline void transpose8x16(__m128i* a) {
 // The fp32 values of panel P's 8 rows (row i at w + i * ldw), exactly expand_group's values: the codes
 // are transposed back to row order, then scaled as in expand_group_v. With only >= 0, just that row of
 // the panel, written at w (a lookup of one table row).
-template <int L, bool OFF, bool TWO, bool CS>
-void expand_panel_t(const Mat& m, int64_t P, float* w, int64_t ldw, int only) {
+// One row's 32 rebuilt weights of a group, stored as fp32 or, for the bf16 prefill, rounded to bf16 as
+// they are written (round to nearest even, as at::Tensor::copy_ does: the same bits as converting later).
+inline void store32(float* d, __m256 w0, __m256 w1, __m256 w2, __m256 w3) {
+  _mm256_storeu_ps(d, w0);
+  _mm256_storeu_ps(d + 8, w1);
+  _mm256_storeu_ps(d + 16, w2);
+  _mm256_storeu_ps(d + 24, w3);
+}
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+#define DSPARK_BF16_STORE 1
+inline void store32(uint16_t* d, __m256 w0, __m256 w1, __m256 w2, __m256 w3) {
+  const __m256bh a = _mm512_cvtneps_pbh(_mm512_insertf32x8(_mm512_castps256_ps512(w0), w1, 1));
+  const __m256bh b = _mm512_cvtneps_pbh(_mm512_insertf32x8(_mm512_castps256_ps512(w2), w3, 1));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(d), reinterpret_cast<const __m256i&>(a));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + 16), reinterpret_cast<const __m256i&>(b));
+}
+#endif
+
+template <int L, bool OFF, bool TWO, bool CS, typename T>
+void expand_panel_t(const Mat& m, int64_t P, T* w, int64_t ldw, int only) {
   constexpr int U = TWO ? 2 : 1;
   constexpr int64_t GC = L == 8 ? 256 : L == 6 ? 192 : 128;
   constexpr int64_t GB = GC + (CS ? 16 : 0);
@@ -732,16 +750,13 @@ void expand_panel_t(const Mat& m, int64_t P, float* w, int64_t ldw, int only) {
         w2 = _mm256_add_ps(w2, o);
         w3 = _mm256_add_ps(w3, o);
       }
-      float* d = (only < 0 ? w + i * ldw : w) + g * 32;
-      _mm256_storeu_ps(d, w0);
-      _mm256_storeu_ps(d + 8, w1);
-      _mm256_storeu_ps(d + 16, w2);
-      _mm256_storeu_ps(d + 24, w3);
+      store32((only < 0 ? w + i * ldw : w) + g * 32, w0, w1, w2, w3);
     }
   }
 }
 
-inline void expand_panel(const Mat& m, int64_t P, float* w, int64_t ldw, int only = -1) {
+template <typename T>
+inline void expand_panel(const Mat& m, int64_t P, T* w, int64_t ldw, int only = -1) {
   DSPARK_DISPATCH_PANEL(expand_panel_t, m, m, P, w, ldw, only);
 }
 inline void expand_row(const Mat& m, int64_t row, float* w) { DSPARK_DISPATCH(expand_row_t, m, m, row, w); }
@@ -874,18 +889,23 @@ inline void to_bf16(const float* src, uint16_t* dst, int64_t n) {
   for (; i < n; ++i) dst[i] = c10::BFloat16(src[i]).x;
 }
 
-// Rows [n0, n0 + t) of the matrix as bf16 at dst (row-major, K a row): expanded 8 rows (a panel) or one
-// row at a time into a per-thread fp32 scratch, then rounded.
+// Rows [n0, n0 + t) of the matrix as bf16 at dst (row-major, K a row): a panel's 8 rows rounded as they
+// are rebuilt where the CPU converts to bf16 natively; else (and row-major matrices) 8 rows or one row at a
+// time into a per-thread fp32 scratch, then rounded.
 void expand_tile_bf16(const Mat& m, int64_t n0, int64_t t, int64_t K, uint16_t* dst) {
 #ifdef DSPARK_AVX2
   if (m.panel) {
     at::parallel_for(0, t / 8, 1, [&](int64_t a, int64_t b) {
+#ifdef DSPARK_BF16_STORE
+      for (int64_t i = a; i < b; ++i) expand_panel(m, n0 / 8 + i, dst + i * 8 * K, K);
+#else
       thread_local std::vector<float> scratch;
       scratch.resize(static_cast<size_t>(8 * K));
       for (int64_t i = a; i < b; ++i) {
         expand_panel(m, n0 / 8 + i, scratch.data(), K);
         to_bf16(scratch.data(), dst + i * 8 * K, 8 * K);
       }
+#endif
     });
     return;
   }
