@@ -806,6 +806,108 @@ inline void panel_dots8(const Mat& m, int64_t P, const int8_t* xq, const float* 
   for (int r = 0; r < R; ++r) _mm256_storeu_ps(out + r * N + P * 8, acc[r]);
 }
 
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__)
+#define DSPARK_ACT8_WIDE 1
+// Two panels (16 weight rows) at once in 512-bit registers: each broadcast activation quad then feeds
+// 64 products instead of 32, and the fp32 steps run once per 16 rows. Lane for lane the same operations
+// as panel_dots8 (exact integer sums, then the same fp32 steps in the same order), so an output's bits do
+// not depend on whether its panel ran alone or paired (batch invariance, and the threads' column split).
+inline __m512i join256(__m256i a, __m256i b) { return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1); }
+inline __m512 join_ps(__m256 a, __m256 b) { return _mm512_insertf32x8(_mm512_castps256_ps512(a), b, 1); }
+inline __m256i load256(const char* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+
+// perm_pairs and perm_nibbles for two panels: each 256-bit half picks from its own half (and, for the
+// nibbles, from hi at index 64 and up).
+inline __m512i perm_pairs512() {
+  alignas(64) int8_t idx[64];
+  for (int h = 0; h < 2; ++h)
+    for (int i = 0; i < 8; ++i)
+      for (int e = 0; e < 4; ++e) idx[32 * h + 4 * i + e] = static_cast<int8_t>(32 * h + (e < 2 ? 0 : 16) + 2 * i + (e & 1));
+  return _mm512_load_si512(idx);
+}
+inline __m512i perm_nibbles512(int first) {
+  alignas(64) int8_t idx[64];
+  for (int h = 0; h < 2; ++h)
+    for (int i = 0; i < 8; ++i)
+      for (int e = 0; e < 4; ++e) idx[32 * h + 4 * i + e] = static_cast<int8_t>((e < 2 ? 0 : 64) + 32 * h + first + 2 * i + (e & 1));
+  return _mm512_load_si512(idx);
+}
+
+template <int L, bool OFF, bool TWO, bool CS, int R, int C>
+inline void panel_dots8x2(const Mat& m, int64_t P, const int8_t* xq, const float* xsu, int64_t GU8, int64_t K,
+                          const int32_t* corr, int64_t GU, const float* xs1, int64_t G8, float* out, int64_t N) {
+  constexpr int U = TWO ? 2 : 1;
+  constexpr int QU = 8 / U;
+  constexpr int64_t GC = L == 8 ? 256 : 128;
+  constexpr int64_t GB = GC + (CS ? 16 : 0);
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  const char* base = L == 8 ? reinterpret_cast<const char*>(m.q8) : reinterpret_cast<const char*>(m.nib);
+  const int64_t next = m.G * GB;  // panel P + 1's group g, from panel P's
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512i pp = perm_pairs512(), pn0 = perm_nibbles512(0), pn1 = perm_nibbles512(16);
+  for (int64_t g = 0; g < m.G; ++g) {
+    const int64_t pg = P * m.G + g;
+    const char* cp = base + pg * GB;
+#pragma GCC unroll 8
+    for (int64_t o = 0; o < GB; o += 64) {
+      _mm_prefetch(cp + DSPARK_PF + o, _MM_HINT_T0);
+      _mm_prefetch(cp + next + DSPARK_PF + o, _MM_HINT_T0);
+    }
+    const int8_t* ax = reinterpret_cast<const int8_t*>(cp + GC);
+    const int8_t* ax1 = reinterpret_cast<const int8_t*>(cp + next + GC);
+    const int64_t sb = CS ? (P * m.S + g / 8) * 8 : 0, sb1 = sb + m.S * 8;
+    for (int u = 0; u < U; ++u) {
+      __m512i s[R][C];
+      for (int r = 0; r < R; ++r) {
+        s[r][0] = _mm512_set1_epi32(corr[r * GU + g * U + u]);
+        for (int c = 1; c < C; ++c) s[r][c] = _mm512_setzero_si512();
+      }
+#pragma GCC unroll 8
+      for (int q = u * QU; q < (u + 1) * QU; q += 2) {
+        __m512i w0, w1;
+        if (L == 8) {
+          const char* c0 = cp + 32 * q;
+          w0 = _mm512_permutexvar_epi8(pp, _mm512_xor_si512(join256(load256(c0), load256(c0 + next)), flip));
+          w1 = _mm512_permutexvar_epi8(pp, _mm512_xor_si512(join256(load256(c0 + 32), load256(c0 + 32 + next)), flip));
+        } else {
+          const char* c0 = cp + 16 * q;
+          const __m512i b = join256(load256(c0), load256(c0 + next));
+          const __m512i lo = _mm512_and_si512(b, low4), hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), low4);
+          w0 = _mm512_permutex2var_epi8(lo, pn0, hi);
+          w1 = _mm512_permutex2var_epi8(lo, pn1, hi);
+        }
+        for (int r = 0; r < R; ++r) {
+          const int8_t* xp = xq + r * K + g * 32 + 4 * q;
+          int32_t v0, v1;
+          std::memcpy(&v0, xp, 4);
+          std::memcpy(&v1, xp + 4, 4);
+          s[r][q % C] = _mm512_dpbusd_epi32(s[r][q % C], w0, _mm512_set1_epi32(v0));
+          s[r][(q + 1) % C] = _mm512_dpbusd_epi32(s[r][(q + 1) % C], w1, _mm512_set1_epi32(v1));
+        }
+      }
+      const __m512 ws = CS ? join_ps(compact_scales(m.scale + sb, ax + 8 * u), compact_scales(m.scale + sb1, ax1 + 8 * u))
+                           : join_ps(panel_scales(m, (pg * U + u) * 8), panel_scales(m, ((pg + m.G) * U + u) * 8));
+      for (int r = 0; r < R; ++r) {
+        __m512i t = s[r][0];
+        for (int c = 1; c < C; ++c) t = _mm512_add_epi32(t, s[r][c]);
+        const __m512 sc = _mm512_mul_ps(ws, _mm512_set1_ps(xsu[r * GU8 + g * U + u]));
+        acc[r] = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(t), acc[r]);
+      }
+    }
+    if (OFF && CS) {
+      const __m512 dm = join_ps(compact_scales(m.off + sb, ax + 8), compact_scales(m.off + sb1, ax1 + 8));
+      for (int r = 0; r < R; ++r) acc[r] = _mm512_fnmadd_ps(dm, _mm512_set1_ps(xs1[r * G8 + g]), acc[r]);
+    } else if (OFF) {
+      const __m512 offs = join_ps(_mm256_loadu_ps(m.off + pg * 8), _mm256_loadu_ps(m.off + (pg + m.G) * 8));
+      for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(offs, _mm512_set1_ps(xs1[r * G8 + g]), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + r * N + P * 8, acc[r]);
+}
+#endif
+
 // Integer chains per row: enough vpdpbusd chains in flight at few rows (latency 5), one a row from 5
 // rows on (registers). The integer sums are exact, so the count changes no result.
 template <int R>
@@ -815,27 +917,36 @@ template <int L, bool OFF, bool TWO, bool CS>
 void panel_product8_t(const Mat& m, const int8_t* xq, const float* xsu, int64_t GU8, int64_t M, int64_t K,
                       const int32_t* corr, int64_t GU, int64_t p0, int64_t p1, int64_t N, float* op,
                       const float* xs1, int64_t G8) {
-  for (int64_t P = p0; P < p1; ++P)
+  for (int64_t P = p0; P < p1;) {
+#ifdef DSPARK_ACT8_WIDE
+    const bool pair = P + 1 < p1;  // two panels a pass where the thread's range has them
+#define DSPARK_ACT8_DOTS(RR)                                                                            \
+  (pair ? panel_dots8x2<L, OFF, TWO, CS, RR, chains8<RR>()>(m, P, xr, sr, GU8, K, cr, GU, xs, G8, orow, N) \
+        : panel_dots8<L, OFF, TWO, CS, RR, chains8<RR>()>(m, P, xr, sr, GU8, K, cr, GU, xs, G8, orow, N))
+#else
+    const bool pair = false;
+#define DSPARK_ACT8_DOTS(RR) panel_dots8<L, OFF, TWO, CS, RR, chains8<RR>()>(m, P, xr, sr, GU8, K, cr, GU, xs, G8, orow, N)
+#endif
     for (int64_t r = 0; r < M; r += 8) {
       const int8_t* xr = xq + r * K;
       const float* sr = xsu + r * GU8;
       const int32_t* cr = corr + r * GU;
       const float* xs = OFF ? xs1 + r * G8 : nullptr;
       float* orow = op + r * N;
-#define DSPARK_ACT8_CASE(RR) \
-  panel_dots8<L, OFF, TWO, CS, RR, chains8<RR>()>(m, P, xr, sr, GU8, K, cr, GU, xs, G8, orow, N)
       switch (std::min<int64_t>(8, M - r)) {
-        case 8: DSPARK_ACT8_CASE(8); break;
-        case 7: DSPARK_ACT8_CASE(7); break;
-        case 6: DSPARK_ACT8_CASE(6); break;
-        case 5: DSPARK_ACT8_CASE(5); break;
-        case 4: DSPARK_ACT8_CASE(4); break;
-        case 3: DSPARK_ACT8_CASE(3); break;
-        case 2: DSPARK_ACT8_CASE(2); break;
-        default: DSPARK_ACT8_CASE(1); break;
+        case 8: DSPARK_ACT8_DOTS(8); break;
+        case 7: DSPARK_ACT8_DOTS(7); break;
+        case 6: DSPARK_ACT8_DOTS(6); break;
+        case 5: DSPARK_ACT8_DOTS(5); break;
+        case 4: DSPARK_ACT8_DOTS(4); break;
+        case 3: DSPARK_ACT8_DOTS(3); break;
+        case 2: DSPARK_ACT8_DOTS(2); break;
+        default: DSPARK_ACT8_DOTS(1); break;
       }
-#undef DSPARK_ACT8_CASE
     }
+#undef DSPARK_ACT8_DOTS
+    P += pair ? 2 : 1;
+  }
 }
 
 void panel_product8(const Mat& m, const int8_t* xq, const float* xsu, int64_t GU8, int64_t M, int64_t K,
