@@ -235,6 +235,12 @@ def _choose_prefill_precision(spec: str, explicit: bool) -> None:
     bf16 = not explicit and cpu_has_native_bf16() and os.environ.get(PREFILL_ENV, "auto") != "fp32"
     torch.ops.dspark_q.set_prefill_bf16(bf16)
     log.info("model %s: prefill products in %s", spec, "bf16" if bf16 else "fp32")
+    from dspark_lsp.quant.linear import ENV_ACT8, act8_requested, apply_act8
+
+    act8 = apply_act8()
+    if act8 or act8_requested():
+        log.info("model %s: decode and verify activations in %s (%s)", spec, "int8" if act8 else
+                 "int16, this kernel build has no int8 products", ENV_ACT8)
 
 
 def release_load_temporaries() -> bool:

@@ -79,6 +79,34 @@ def half_enabled() -> bool:
         return False
 
 
+# 1: decode and verify products of panels round activations to int8 (qkernel.cpp "int8 activations",
+# vpdpbusd) instead of int16; other layouts and types keep int16. Off by default until measured; read when
+# a model loads (models.loader) or whenever apply_act8() is called. Process-wide, like the prefill switch.
+ENV_ACT8 = "DSPARK_ACT8"
+ACT8_DEFAULT = "0"
+
+
+def act8_requested() -> bool:
+    return os.environ.get(ENV_ACT8, ACT8_DEFAULT) not in ("", "0")
+
+
+def act8_available() -> bool:
+    """Whether the loaded kernel build has the int8-activation products (AVX512-VNNI, -VL, -VBMI)."""
+    try:
+        return bool(torch.ops.dspark_q.act8_available())
+    except (AttributeError, RuntimeError):  # the kernel is not loaded (or an older build)
+        return False
+
+
+def apply_act8(on: bool | None = None) -> bool:
+    """Turn the kernel's int8 activations on or off (None: as ENV_ACT8 says); returns whether they are on
+    (never where the build lacks them)."""
+    want = act8_requested() if on is None else on
+    if not act8_available():
+        return False
+    return bool(torch.ops.dspark_q.set_act8(want))
+
+
 def kernel_layout(packed: Packed, compact: bool | None = None, six: bool | None = None,
                   half: bool | None = None) -> Packed:
     """``packed`` as the few-row products run it fastest: in panels of 8 rows where it can be, K-quants

@@ -636,6 +636,331 @@ void panel_product(const Mat& m, const int16_t* xq, const float* xsu, int64_t GU
   DSPARK_DISPATCH_PANEL(panel_product_t, m, m, xq, xsu, GU8, M, K, p0, p1, N, op, xs1, G8);
 }
 
+// ---------------------------------------------------------------------------------------------------
+// int8 activations (DSPARK_ACT8=1; set_act8). The int16 products above run near the speed of vpdpwssd,
+// 16 multiply-adds an instruction; at 4 or more rows of x a verify forward of the 1.5B is bound by that
+// arithmetic, not by memory. llama.cpp rounds activations to int8 instead (its Q8 blocks), which lets
+// VNNI's vpdpbusd (u8 x s8, 4 products summed into each int32 lane) do 32 multiply-adds an instruction.
+// Here: each group of 32 activations becomes int8 steps of absmax / 127 (round to nearest even), from
+// that row's values alone, so batch invariance holds as before. Weights stay the file's exact values.
+//
+// vpdpbusd wants one operand unsigned. The weight codes are made unsigned: 4-bit codes already are
+// (0..15; Q4_0's zero point of 8 stays a shift), and byte codes (stored as code - zero point, signed) get
+// 128 added (an xor of the sign bit). The dot is then sum(u * x) - bias * sum(x) with bias 128 (byte
+// codes) or the shift (4-bit codes), all exact in int32 (|sum| < 32 * 255 * 127); the bias term, one
+// integer per row and unit, is computed with the activations and starts each unit's accumulator.
+//
+// The panels' bytes are laid out for int16 pairs (lane i: two inputs of row i), vpdpbusd wants four
+// inputs of one row in a lane. One VBMI byte permute per 32 bytes of codes moves them there in the
+// register (layout unchanged, so one model can run either path): kind 18, two pairs (32 bytes) ->
+// lane i = row i's inputs 4j .. 4j + 3; kind 14, a quad's low and high nibbles (vpermt2b of the two
+// masked copies) -> lane i = row i's inputs 4q .. 4q + 3. Each activation quad is then one broadcast
+// dword. Needs AVX512-VNNI, -VL and -VBMI (Zen 4, Ice Lake and later); other builds, row-major
+// matrices and 6-bit Q6_K panels keep the int16 path.
+#if defined(DSPARK_AVX2) && defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__AVX512VBMI__)
+#define DSPARK_ACT8 1
+
+// Rows of x as int8 per group of 32 with an fp32 scale each: q = round(x * 127 / absmax). Scales go
+// where the products read them (row r's unit u at sc[r * stride + u], as quantize_rows writes them);
+// corr[r * GU + u] = -bias * (sum of the unit's q), the unsigned codes' correction.
+void quantize_rows8(const float* xp, int64_t M, int64_t K, int8_t* q, float* sc, int64_t stride, int64_t U,
+                    int32_t* corr, int32_t bias) {
+  const int64_t G = K / 32, GU = G * U;
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int64_t r = 0; r < M; ++r)
+    for (int64_t g = 0; g < G; ++g) {
+      const float* x = xp + r * K + g * 32;
+      __m256 v[4];
+      __m256 mx = _mm256_setzero_ps();
+      for (int i = 0; i < 4; ++i) {
+        v[i] = _mm256_loadu_ps(x + 8 * i);
+        mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, v[i]));
+      }
+      __m128 t = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+      t = _mm_max_ps(t, _mm_movehl_ps(t, t));
+      t = _mm_max_ss(t, _mm_shuffle_ps(t, t, 1));
+      const float amax = _mm_cvtss_f32(t);
+      for (int64_t u = 0; u < U; ++u) sc[r * stride + g * U + u] = amax / 127.0f;
+      const __m256 inv = _mm256_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+      __m256i i32[4];
+      for (int i = 0; i < 4; ++i) i32[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], inv));  // nearest even
+      // vpmovdb keeps element order (pack* would interleave 128-bit lanes); |q| <= 127, no saturation
+      int8_t* d = q + r * K + g * 32;
+      for (int i = 0; i < 4; ++i) _mm_storel_epi64(reinterpret_cast<__m128i*>(d + 8 * i), _mm256_cvtepi32_epi8(i32[i]));
+      // unit sums: elements 0-15 are i32[0..1], 16-31 are i32[2..3]
+      const __m256i h0 = _mm256_add_epi32(i32[0], i32[1]), h1 = _mm256_add_epi32(i32[2], i32[3]);
+      auto hsum = [](__m256i a) {
+        __m128i s = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+        s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+        s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+        return _mm_cvtsi128_si32(s);
+      };
+      const int32_t s0 = hsum(h0), s1 = hsum(h1);
+      if (U == 2) {
+        corr[r * GU + g * 2] = -bias * s0;
+        corr[r * GU + g * 2 + 1] = -bias * s1;
+      } else {
+        corr[r * GU + g] = -bias * (s0 + s1);
+      }
+    }
+}
+
+inline __m256i bcast_quad(const int8_t* xp) {
+  int32_t v;
+  std::memcpy(&v, xp, sizeof v);
+  return _mm256_set1_epi32(v);
+}
+
+// Byte permutes that put row i's four inputs in lane i (see above).
+//   kind 18: bytes 0-15 hold pair 2j (row i at 2i, 2i + 1), bytes 16-31 pair 2j + 1.
+//   kind 14: lo / hi = a quad's low / high nibbles (bytes 2i, 2i + 1: row i's inputs 4q, 4q + 1 in lo
+//            and 4q + 2, 4q + 3 in hi); indices >= 32 pick from hi. The second quad of a 32-byte load
+//            (bytes 16-31) takes the same indices + 16.
+inline __m256i perm_pairs() {
+  alignas(32) int8_t idx[32];
+  for (int i = 0; i < 8; ++i) {
+    idx[4 * i] = static_cast<int8_t>(2 * i);
+    idx[4 * i + 1] = static_cast<int8_t>(2 * i + 1);
+    idx[4 * i + 2] = static_cast<int8_t>(16 + 2 * i);
+    idx[4 * i + 3] = static_cast<int8_t>(16 + 2 * i + 1);
+  }
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(idx));
+}
+inline __m256i perm_nibbles(int first) {
+  alignas(32) int8_t idx[32];
+  for (int i = 0; i < 8; ++i) {
+    idx[4 * i] = static_cast<int8_t>(first + 2 * i);
+    idx[4 * i + 1] = static_cast<int8_t>(first + 2 * i + 1);
+    idx[4 * i + 2] = static_cast<int8_t>(32 + first + 2 * i);
+    idx[4 * i + 3] = static_cast<int8_t>(32 + first + 2 * i + 1);
+  }
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(idx));
+}
+
+// R rows of int8 x against panel P, C integer chains per row. The fp32 part is panel_dots' own: per
+// unit, the exact integer dot becomes fp32 once, times weight scale * activation scale; the offset term
+// (affine types) multiplies the group's fp32 sum of x as there.
+template <int L, bool OFF, bool TWO, bool CS, int R, int C>
+inline void panel_dots8(const Mat& m, int64_t P, const int8_t* xq, const float* xsu, int64_t GU8, int64_t K,
+                        const int32_t* corr, int64_t GU, const float* xs1, int64_t G8, float* out, int64_t N) {
+  static_assert(L == 4 || L == 8, "int8 activations: 4-bit and byte panels only");
+  constexpr int U = TWO ? 2 : 1;
+  constexpr int QU = 8 / U;  // quads of inputs per unit
+  constexpr int64_t GC = L == 8 ? 256 : 128;
+  constexpr int64_t GB = GC + (CS ? 16 : 0);
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  const char* base = L == 8 ? reinterpret_cast<const char*>(m.q8) : reinterpret_cast<const char*>(m.nib);
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  const __m256i pp = perm_pairs(), pn0 = perm_nibbles(0), pn1 = perm_nibbles(16);
+  for (int64_t g = 0; g < m.G; ++g) {
+    const int64_t pg = P * m.G + g;
+    const char* cp = base + pg * GB;
+#pragma GCC unroll 8
+    for (int64_t o = 0; o < GB; o += 64) _mm_prefetch(cp + DSPARK_PF + o, _MM_HINT_T0);
+    const int8_t* ax = reinterpret_cast<const int8_t*>(cp + GC);
+    const int64_t sb = CS ? (P * m.S + g / 8) * 8 : 0;
+    for (int u = 0; u < U; ++u) {
+      __m256i s[R][C];
+      for (int r = 0; r < R; ++r) {
+        s[r][0] = _mm256_set1_epi32(corr[r * GU + g * U + u]);
+        for (int c = 1; c < C; ++c) s[r][c] = _mm256_setzero_si256();
+      }
+#pragma GCC unroll 8
+      for (int q = u * QU; q < (u + 1) * QU; q += 2) {
+        // quads q and q + 1 of the group for the panel's 8 rows: w0, w1
+        __m256i w0, w1;
+        if (L == 8) {
+          const __m256i* cq = reinterpret_cast<const __m256i*>(cp + 32 * q);
+          w0 = _mm256_permutexvar_epi8(pp, _mm256_xor_si256(_mm256_loadu_si256(cq), flip));
+          w1 = _mm256_permutexvar_epi8(pp, _mm256_xor_si256(_mm256_loadu_si256(cq + 1), flip));
+        } else {
+          const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cp + 16 * q));
+          const __m256i lo = _mm256_and_si256(b, low4), hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), low4);
+          w0 = _mm256_permutex2var_epi8(lo, pn0, hi);
+          w1 = _mm256_permutex2var_epi8(lo, pn1, hi);
+        }
+        for (int r = 0; r < R; ++r) {
+          const int8_t* xp = xq + r * K + g * 32 + 4 * q;
+          s[r][q % C] = _mm256_dpbusd_epi32(s[r][q % C], w0, bcast_quad(xp));
+          s[r][(q + 1) % C] = _mm256_dpbusd_epi32(s[r][(q + 1) % C], w1, bcast_quad(xp + 4));
+        }
+      }
+      const __m256 ws = CS ? compact_scales(m.scale + sb, ax + 8 * u) : panel_scales(m, (pg * U + u) * 8);
+      for (int r = 0; r < R; ++r) {
+        __m256i t = s[r][0];
+        for (int c = 1; c < C; ++c) t = _mm256_add_epi32(t, s[r][c]);
+        const __m256 sc = _mm256_mul_ps(ws, _mm256_broadcast_ss(xsu + r * GU8 + g * U + u));
+        acc[r] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(t), acc[r]);
+      }
+    }
+    if (OFF && CS) {
+      const __m256 dm = compact_scales(m.off + sb, ax + 8);
+      for (int r = 0; r < R; ++r) acc[r] = _mm256_fnmadd_ps(dm, _mm256_broadcast_ss(xs1 + r * G8 + g), acc[r]);
+    } else if (OFF) {
+      const __m256 offs = _mm256_loadu_ps(m.off + pg * 8);
+      for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(offs, _mm256_broadcast_ss(xs1 + r * G8 + g), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) _mm256_storeu_ps(out + r * N + P * 8, acc[r]);
+}
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__)
+#define DSPARK_ACT8_WIDE 1
+// Two panels (16 weight rows) at once in 512-bit registers: each broadcast activation quad then feeds
+// 64 products instead of 32, and the fp32 steps run once per 16 rows. Lane for lane the same operations
+// as panel_dots8 (exact integer sums, then the same fp32 steps in the same order), so an output's bits do
+// not depend on whether its panel ran alone or paired (batch invariance, and the threads' column split).
+inline __m512i join256(__m256i a, __m256i b) { return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1); }
+inline __m512 join_ps(__m256 a, __m256 b) { return _mm512_insertf32x8(_mm512_castps256_ps512(a), b, 1); }
+inline __m256i load256(const char* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+
+// perm_pairs and perm_nibbles for two panels: each 256-bit half picks from its own half (and, for the
+// nibbles, from hi at index 64 and up).
+inline __m512i perm_pairs512() {
+  alignas(64) int8_t idx[64];
+  for (int h = 0; h < 2; ++h)
+    for (int i = 0; i < 8; ++i)
+      for (int e = 0; e < 4; ++e) idx[32 * h + 4 * i + e] = static_cast<int8_t>(32 * h + (e < 2 ? 0 : 16) + 2 * i + (e & 1));
+  return _mm512_load_si512(idx);
+}
+inline __m512i perm_nibbles512(int first) {
+  alignas(64) int8_t idx[64];
+  for (int h = 0; h < 2; ++h)
+    for (int i = 0; i < 8; ++i)
+      for (int e = 0; e < 4; ++e) idx[32 * h + 4 * i + e] = static_cast<int8_t>((e < 2 ? 0 : 64) + 32 * h + first + 2 * i + (e & 1));
+  return _mm512_load_si512(idx);
+}
+
+template <int L, bool OFF, bool TWO, bool CS, int R, int C>
+inline void panel_dots8x2(const Mat& m, int64_t P, const int8_t* xq, const float* xsu, int64_t GU8, int64_t K,
+                          const int32_t* corr, int64_t GU, const float* xs1, int64_t G8, float* out, int64_t N) {
+  constexpr int U = TWO ? 2 : 1;
+  constexpr int QU = 8 / U;
+  constexpr int64_t GC = L == 8 ? 256 : 128;
+  constexpr int64_t GB = GC + (CS ? 16 : 0);
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  const char* base = L == 8 ? reinterpret_cast<const char*>(m.q8) : reinterpret_cast<const char*>(m.nib);
+  const int64_t next = m.G * GB;  // panel P + 1's group g, from panel P's
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512i pp = perm_pairs512(), pn0 = perm_nibbles512(0), pn1 = perm_nibbles512(16);
+  for (int64_t g = 0; g < m.G; ++g) {
+    const int64_t pg = P * m.G + g;
+    const char* cp = base + pg * GB;
+#pragma GCC unroll 8
+    for (int64_t o = 0; o < GB; o += 64) {
+      _mm_prefetch(cp + DSPARK_PF + o, _MM_HINT_T0);
+      _mm_prefetch(cp + next + DSPARK_PF + o, _MM_HINT_T0);
+    }
+    const int8_t* ax = reinterpret_cast<const int8_t*>(cp + GC);
+    const int8_t* ax1 = reinterpret_cast<const int8_t*>(cp + next + GC);
+    const int64_t sb = CS ? (P * m.S + g / 8) * 8 : 0, sb1 = sb + m.S * 8;
+    for (int u = 0; u < U; ++u) {
+      __m512i s[R][C];
+      for (int r = 0; r < R; ++r) {
+        s[r][0] = _mm512_set1_epi32(corr[r * GU + g * U + u]);
+        for (int c = 1; c < C; ++c) s[r][c] = _mm512_setzero_si512();
+      }
+#pragma GCC unroll 8
+      for (int q = u * QU; q < (u + 1) * QU; q += 2) {
+        __m512i w0, w1;
+        if (L == 8) {
+          const char* c0 = cp + 32 * q;
+          w0 = _mm512_permutexvar_epi8(pp, _mm512_xor_si512(join256(load256(c0), load256(c0 + next)), flip));
+          w1 = _mm512_permutexvar_epi8(pp, _mm512_xor_si512(join256(load256(c0 + 32), load256(c0 + 32 + next)), flip));
+        } else {
+          const char* c0 = cp + 16 * q;
+          const __m512i b = join256(load256(c0), load256(c0 + next));
+          const __m512i lo = _mm512_and_si512(b, low4), hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), low4);
+          w0 = _mm512_permutex2var_epi8(lo, pn0, hi);
+          w1 = _mm512_permutex2var_epi8(lo, pn1, hi);
+        }
+        for (int r = 0; r < R; ++r) {
+          const int8_t* xp = xq + r * K + g * 32 + 4 * q;
+          int32_t v0, v1;
+          std::memcpy(&v0, xp, 4);
+          std::memcpy(&v1, xp + 4, 4);
+          s[r][q % C] = _mm512_dpbusd_epi32(s[r][q % C], w0, _mm512_set1_epi32(v0));
+          s[r][(q + 1) % C] = _mm512_dpbusd_epi32(s[r][(q + 1) % C], w1, _mm512_set1_epi32(v1));
+        }
+      }
+      const __m512 ws = CS ? join_ps(compact_scales(m.scale + sb, ax + 8 * u), compact_scales(m.scale + sb1, ax1 + 8 * u))
+                           : join_ps(panel_scales(m, (pg * U + u) * 8), panel_scales(m, ((pg + m.G) * U + u) * 8));
+      for (int r = 0; r < R; ++r) {
+        __m512i t = s[r][0];
+        for (int c = 1; c < C; ++c) t = _mm512_add_epi32(t, s[r][c]);
+        const __m512 sc = _mm512_mul_ps(ws, _mm512_set1_ps(xsu[r * GU8 + g * U + u]));
+        acc[r] = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(t), acc[r]);
+      }
+    }
+    if (OFF && CS) {
+      const __m512 dm = join_ps(compact_scales(m.off + sb, ax + 8), compact_scales(m.off + sb1, ax1 + 8));
+      for (int r = 0; r < R; ++r) acc[r] = _mm512_fnmadd_ps(dm, _mm512_set1_ps(xs1[r * G8 + g]), acc[r]);
+    } else if (OFF) {
+      const __m512 offs = join_ps(_mm256_loadu_ps(m.off + pg * 8), _mm256_loadu_ps(m.off + (pg + m.G) * 8));
+      for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(offs, _mm512_set1_ps(xs1[r * G8 + g]), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + r * N + P * 8, acc[r]);
+}
+#endif
+
+// Integer chains per row: enough vpdpbusd chains in flight at few rows (latency 5), one a row from 5
+// rows on (registers). The integer sums are exact, so the count changes no result.
+template <int R>
+constexpr int chains8() { return R <= 2 ? 4 : R <= 4 ? 2 : 1; }
+
+template <int L, bool OFF, bool TWO, bool CS>
+void panel_product8_t(const Mat& m, const int8_t* xq, const float* xsu, int64_t GU8, int64_t M, int64_t K,
+                      const int32_t* corr, int64_t GU, int64_t p0, int64_t p1, int64_t N, float* op,
+                      const float* xs1, int64_t G8) {
+  for (int64_t P = p0; P < p1;) {
+#ifdef DSPARK_ACT8_WIDE
+    // Two panels a pass from 3 rows of x on, where the thread's range has them. At 1 and 2 rows the
+    // 1.5B's forward was ~5% slower paired than with single panels (A/B, 20 rounds each; at those
+    // widths a product streams its weights from memory and the arithmetic saved does not matter).
+    const bool pair = P + 1 < p1 && M >= 3;
+#define DSPARK_ACT8_DOTS(RR)                                                                            \
+  (pair ? panel_dots8x2<L, OFF, TWO, CS, RR, chains8<RR>()>(m, P, xr, sr, GU8, K, cr, GU, xs, G8, orow, N) \
+        : panel_dots8<L, OFF, TWO, CS, RR, chains8<RR>()>(m, P, xr, sr, GU8, K, cr, GU, xs, G8, orow, N))
+#else
+    const bool pair = false;
+#define DSPARK_ACT8_DOTS(RR) panel_dots8<L, OFF, TWO, CS, RR, chains8<RR>()>(m, P, xr, sr, GU8, K, cr, GU, xs, G8, orow, N)
+#endif
+    for (int64_t r = 0; r < M; r += 8) {
+      const int8_t* xr = xq + r * K;
+      const float* sr = xsu + r * GU8;
+      const int32_t* cr = corr + r * GU;
+      const float* xs = OFF ? xs1 + r * G8 : nullptr;
+      float* orow = op + r * N;
+      switch (std::min<int64_t>(8, M - r)) {
+        case 8: DSPARK_ACT8_DOTS(8); break;
+        case 7: DSPARK_ACT8_DOTS(7); break;
+        case 6: DSPARK_ACT8_DOTS(6); break;
+        case 5: DSPARK_ACT8_DOTS(5); break;
+        case 4: DSPARK_ACT8_DOTS(4); break;
+        case 3: DSPARK_ACT8_DOTS(3); break;
+        case 2: DSPARK_ACT8_DOTS(2); break;
+        default: DSPARK_ACT8_DOTS(1); break;
+      }
+    }
+#undef DSPARK_ACT8_DOTS
+    P += pair ? 2 : 1;
+  }
+}
+
+void panel_product8(const Mat& m, const int8_t* xq, const float* xsu, int64_t GU8, int64_t M, int64_t K,
+                    const int32_t* corr, int64_t GU, int64_t p0, int64_t p1, int64_t N, float* op,
+                    const float* xs1, int64_t G8) {
+  if (m.layout == 4) DSPARK_DISPATCH_PANEL_L(panel_product8_t, 4, m, m, xq, xsu, GU8, M, K, corr, GU, p0, p1, N, op, xs1, G8);
+  else DSPARK_DISPATCH_PANEL_L(panel_product8_t, 8, m, m, xq, xsu, GU8, M, K, corr, GU, p0, p1, N, op, xs1, G8);
+}
+#endif  // int8 activations
+
+
 // The 8 x 8 transpose of 16-bit values: r[j] = (a[0][j], ..., a[7][j]).
 inline void transpose8x16(__m128i* a) {
   __m128i t[8], u[8];
@@ -922,6 +1247,10 @@ void expand_tile_bf16(const Mat& m, int64_t n0, int64_t t, int64_t K, uint16_t* 
 
 // Process-wide: prefill products in bf16 (set_prefill_bf16). Off: the exact fp32 GEMM.
 std::atomic<bool> g_prefill_bf16{false};
+// Process-wide: decode and verify products of panels with int8 activations (set_act8, "int8
+// activations" above). Off: the int16 path. Read on every product, so a caller can switch between
+// forwards (the A/B tool runs one model both ways).
+std::atomic<bool> g_act8{false};
 
 }  // namespace
 
@@ -929,6 +1258,21 @@ namespace dspark {
 
 void set_prefill_bf16(bool on) { g_prefill_bf16.store(on); }
 bool prefill_bf16() { return g_prefill_bf16.load(); }
+
+// Whether this build has the int8-activation products (AVX512-VNNI, -VL and -VBMI).
+bool act8_available() {
+#ifdef DSPARK_ACT8
+  return true;
+#else
+  return false;
+#endif
+}
+// On only where the build has them; returns whether they are now on.
+bool set_act8(bool on) {
+  g_act8.store(on && act8_available());
+  return g_act8.load();
+}
+bool act8() { return g_act8.load(); }
 
 // Whether this build reads fp16 scales (panels of plain types, "fp16 scales" above): F16C.
 bool half_scales() {
@@ -964,6 +1308,23 @@ at::Tensor qmm(const at::Tensor& x_in, int64_t kind, const at::Tensor& codes, co
     at::Tensor xs = m.off != nullptr ? group_sums(xp, M, K) : at::Tensor();
     const float* xsp = xs.defined() ? xs.data_ptr<float>() : nullptr;
     const int64_t GU8 = round8(G * U), G8 = round8(G);
+#ifdef DSPARK_ACT8
+    if (m.panel && m.layout != 6 && g_act8.load(std::memory_order_relaxed)) {
+      const int64_t GU = G * U;
+      at::Tensor xq8 = at::empty({M, K}, at::kChar);
+      at::Tensor xsu = at::zeros({M, GU8}, at::kFloat);
+      at::Tensor corr = at::empty({M, GU}, at::kInt);
+      quantize_rows8(xp, M, K, xq8.data_ptr<int8_t>(), xsu.data_ptr<float>(), GU8, U, corr.data_ptr<int32_t>(),
+                     m.layout == 8 ? 128 : m.shift);
+      const int8_t* xqp = xq8.data_ptr<int8_t>();
+      const float* xsup = xsu.data_ptr<float>();
+      const int32_t* cp = corr.data_ptr<int32_t>();
+      at::parallel_for(0, N / 8, 2, [&](int64_t p0, int64_t p1) {
+        panel_product8(m, xqp, xsup, GU8, M, K, cp, GU, p0, p1, N, op, xsp, G8);
+      });
+      return out;
+    }
+#endif
     at::Tensor xq = at::empty({M, K}, at::kShort);
     at::Tensor xsu = at::zeros({M, GU8}, at::kFloat);  // per-unit activation scales, zero-padded
     quantize_rows(xp, M, K, xq.data_ptr<int16_t>(), xsu.data_ptr<float>(), GU8, U);
@@ -1067,6 +1428,9 @@ TORCH_LIBRARY(dspark_q, lib) {
           &dspark::qrows);
   lib.def("set_prefill_bf16(bool on) -> ()", &dspark::set_prefill_bf16);
   lib.def("prefill_bf16() -> bool", &dspark::prefill_bf16);
+  lib.def("set_act8(bool on) -> bool", &dspark::set_act8);
+  lib.def("act8() -> bool", &dspark::act8);
+  lib.def("act8_available() -> bool", &dspark::act8_available);
   lib.def("panels() -> bool", &dspark::panels);
   lib.def("half_scales() -> bool", &dspark::half_scales);
   dspark::register_decoder_layer(lib);

@@ -1,0 +1,157 @@
+"""int8 activations for the few-row panel products (DSPARK_ACT8, qkernel.cpp "int8 activations").
+
+Held to a float64 reference of the same arithmetic (each group of 32 activations rounded to int8 steps of
+absmax / 127, exact integer dots, the weights' scales and offsets), to batch invariance (a row gives the
+same bits in a product of any width, and a panel the same bits whether it ran alone or paired with its
+neighbour), and to the int16 path where the int8 one does not apply (row-major matrices, 6-bit Q6_K).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import torch
+from quant_testlib import K_QUANTS, SUPPORTED, T, random_blocks
+
+from dspark_lsp.quant import blocks
+from dspark_lsp.quant.build import KernelUnavailable, load_kernel
+from dspark_lsp.quant.linear import ENV_ACT8, ENV_SIX, QuantLinear, act8_available, apply_act8
+
+try:
+    load_kernel()
+except KernelUnavailable as exc:  # pragma: no cover - the kernel builds wherever the project is developed
+    pytest.skip(f"the quantized kernel is unavailable here: {exc}", allow_module_level=True)
+
+needs_act8 = pytest.mark.skipif(not act8_available(), reason="this kernel build has no int8 products "
+                                "(needs AVX512-VNNI, -VL and -VBMI)")
+IDS = [t.name for t in SUPPORTED]
+# The types of the 1.5B (Q4_K, Q6_K) and 0.5B (also Q5_0, Q8_0) targets.
+TARGET_TYPES = (T.Q4_K, T.Q6_K, T.Q5_0, T.Q8_0)
+
+
+@pytest.fixture(autouse=True)
+def _int16_after() -> Iterator[None]:
+    # the switch is process-wide: leave it off for every other test
+    yield
+    apply_act8(False)
+
+
+def _packed(qtype: T, n: int, seed: int, k: int | None = None) -> blocks.Packed:
+    k = k or (512 if qtype in K_QUANTS else 160)  # 160: five groups
+    raw = random_blocks(qtype, n, k, np.random.default_rng(seed), scale=0.05)
+    return blocks.pack_tensor(raw, int(qtype), n, k)
+
+
+def _x(m: int, k: int, seed: int) -> torch.Tensor:
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(seed))
+    x[:, 32:64] *= 1e-3  # groups of very different sizes: the scale is per group
+    x[0, 64:96] = 0.0  # an all-zero group (scale 0)
+    return x
+
+
+def int8_reference(x: torch.Tensor, p: blocks.Packed) -> np.ndarray:
+    """x @ W.T in float64 with x as the kernel rounds it: per row and group of 32, q = round-to-even of
+    x * (127 / absmax) in fp32 and x ~= q * (absmax / 127); the offset term of affine types multiplies the
+    exact sum of x (as the kernel does: it keeps the fp32 group sums)."""
+    xf = x.numpy().astype(np.float32)
+    m, k = xf.shape
+    xg = xf.reshape(m, k // 32, 32)
+    amax = np.abs(xg).max(-1, keepdims=True)
+    with np.errstate(divide="ignore"):
+        inv = np.where(amax > 0, np.float32(127) / amax, np.float32(0)).astype(np.float32)
+    q = np.rint((xg * inv).astype(np.float32))
+    assert np.abs(q).max() <= 127
+    xhat = (q.astype(np.float64) * (amax / np.float32(127)).astype(np.float64)).reshape(m, k)
+    w = p.values().astype(np.float64)
+    w_codes = dataclasses.replace(p, off=np.zeros(0, np.float32)).values().astype(np.float64)
+    return np.asarray(xhat @ w_codes.T + xf.astype(np.float64) @ (w - w_codes).T)
+
+
+def _worst(y: torch.Tensor, x: torch.Tensor, p: blocks.Packed, rel: float = 1e-5) -> float:
+    # error as a fraction of rel * (sum of the terms' magnitudes): fp32 accumulation stays far below 1; a
+    # wrong code bias, scale, offset or rounding step (int16's absmax / 32767) is far above it
+    ref = int8_reference(x, p)
+    bound = rel * (np.abs(x.numpy()).astype(np.float64) @ np.abs(p.values()).astype(np.float64).T) + 1e-30
+    return float((np.abs(y.numpy().astype(np.float64) - ref) / bound).max())
+
+
+@needs_act8
+@pytest.mark.parametrize("qtype", SUPPORTED, ids=IDS)
+def test_int8_products_match_the_reference_of_the_same_arithmetic(qtype: T) -> None:
+    p = _packed(qtype, 48, seed=10 + int(qtype))  # 6 panels: paired passes and, per thread, single ones
+    lin = QuantLinear(p)
+    assert lin.kind in (14, 18)
+    x = _x(5, p.k, seed=int(qtype))
+    assert apply_act8(True)
+    assert _worst(lin(x), x, p) <= 1.0
+    # the same reference rejects the int16 path: the bound tells the two roundings apart
+    assert not apply_act8(False)
+    assert _worst(lin(x), x, p) > 10.0
+
+
+@needs_act8
+@pytest.mark.parametrize("qtype", TARGET_TYPES, ids=[t.name for t in TARGET_TYPES])
+def test_int8_rows_do_not_depend_on_the_batch(qtype: T) -> None:
+    p = _packed(qtype, 40, seed=30 + int(qtype))  # 5 panels: two pairs and one alone on one thread
+    lin = QuantLinear(p)
+    x = _x(16, p.k, seed=40 + int(qtype))
+    assert apply_act8(True)
+    alone = torch.cat([lin(x[i : i + 1]) for i in range(16)])
+    for m in (*range(1, 14), 16):
+        assert torch.equal(lin(x[:m]), alone[:m]), f"{m} rows"
+        assert torch.equal(lin(x[16 - m :]), alone[16 - m :]), f"last {m} rows"
+
+
+@needs_act8
+@pytest.mark.parametrize("qtype", TARGET_TYPES, ids=[t.name for t in TARGET_TYPES])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_panel_gives_the_same_bits_alone_or_paired(qtype: T, threads: int) -> None:
+    # Rows 8-15 of a 24-row matrix are paired with rows 0-7 (one thread) while in the matrix of rows 8-23
+    # they are paired with rows 16-23; rows 16-23 run alone in the first and paired in the second.
+    k = 512 if qtype in K_QUANTS else 160
+    raw = random_blocks(qtype, 24, k, np.random.default_rng(50 + int(qtype)), scale=0.05)
+    whole = QuantLinear(blocks.pack_tensor(raw, int(qtype), 24, k))
+    tail = QuantLinear(blocks.pack_tensor(np.ascontiguousarray(raw[8:]), int(qtype), 16, k))
+    x = _x(6, k, seed=60)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        assert apply_act8(True)
+        assert torch.equal(whole(x)[:, 8:], tail(x))
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_uncovered_layouts_keep_the_int16_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Row-major matrices (rows not a multiple of 8) and 6-bit Q6_K panels have no int8 products: with the
+    # switch on they give the int16 path's bits. (On a build without int8 products, everything does.)
+    cases = [QuantLinear(_packed(T.Q4_K, 45, seed=70)), QuantLinear(_packed(T.Q5_0, 45, seed=71))]
+    monkeypatch.setenv(ENV_SIX, "1")
+    cases.append(QuantLinear(_packed(T.Q6_K, 16, seed=72)))
+    monkeypatch.delenv(ENV_SIX)
+    assert [c.kind for c in cases] == [4, 8, 16]
+    for lin in cases:
+        x = _x(4, lin.in_features, seed=73)
+        apply_act8(False)
+        y16 = lin(x)
+        apply_act8(True)
+        assert torch.equal(lin(x), y16)
+
+
+@needs_act8
+def test_the_switch_follows_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    lin = QuantLinear(_packed(T.Q4_K, 16, seed=80))
+    x = _x(2, lin.in_features, seed=81)
+    monkeypatch.delenv(ENV_ACT8, raising=False)
+    assert not apply_act8()  # off by default
+    y16 = lin(x)
+    monkeypatch.setenv(ENV_ACT8, "1")
+    assert apply_act8() and bool(torch.ops.dspark_q.act8())
+    y8 = lin(x)
+    assert not torch.equal(y8, y16)
+    monkeypatch.setenv(ENV_ACT8, "0")
+    assert not apply_act8()
+    assert torch.equal(lin(x), y16)
