@@ -10,12 +10,19 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from quant_testlib import K_QUANTS, SUPPORTED, T, random_blocks
+from quant_testlib import K_QUANTS, SUPPORTED, T, model_to_gguf, random_blocks, random_qwen2, tiny_config
 
+from dspark_lsp.drafts.causal_lm import ModelDraftSource
+from dspark_lsp.drafts.ngram import NgramDraftSource
+from dspark_lsp.engine import kv
+from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
+from dspark_lsp.engine.decode import SpeculativeDecoder
+from dspark_lsp.models.gguf_target import build_quantized_model
 from dspark_lsp.quant import blocks
 from dspark_lsp.quant.build import KernelUnavailable, load_kernel
 from dspark_lsp.quant.linear import ENV_ACT8, ENV_SIX, QuantLinear, act8_available, apply_act8
@@ -145,13 +152,47 @@ def test_uncovered_layouts_keep_the_int16_path(monkeypatch: pytest.MonkeyPatch) 
 def test_the_switch_follows_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     lin = QuantLinear(_packed(T.Q4_K, 16, seed=80))
     x = _x(2, lin.in_features, seed=81)
-    monkeypatch.delenv(ENV_ACT8, raising=False)
-    assert not apply_act8()  # off by default
+    monkeypatch.setenv(ENV_ACT8, "0")
+    assert not apply_act8()
     y16 = lin(x)
+    monkeypatch.delenv(ENV_ACT8, raising=False)
+    assert apply_act8() and bool(torch.ops.dspark_q.act8())  # on by default where the build has it
+    assert torch.equal(lin(x), y8 := lin(x))
     monkeypatch.setenv(ENV_ACT8, "1")
     assert apply_act8() and bool(torch.ops.dspark_q.act8())
-    y8 = lin(x)
     assert not torch.equal(y8, y16)
     monkeypatch.setenv(ENV_ACT8, "0")
     assert not apply_act8()
     assert torch.equal(lin(x), y16)
+
+
+# ------------------------------------------------------------------------ losslessness on a whole model
+@needs_act8
+def test_speculation_with_int8_activations_equals_one_token_decoding(tmp_path: Path) -> None:
+    """The default path on a CPU that has it: a tiny K-quant model (panels of every row count the verify
+    uses), greedy speculative decoding with a self draft at k = 4 and with n-gram lookup gives exactly
+    the tokens of one-token decoding, both with int8 activations; and int8 did change the logits."""
+    config = tiny_config(vocab=256, hidden=256, intermediate=512, layers=2, heads=4, kv_heads=2, tie=True)
+    types = {"token_embd.weight": T.Q6_K}
+    for i in range(2):
+        types.update({f"blk.{i}.{r}.weight": T.Q4_K for r in ("attn_q", "attn_k", "attn_v", "attn_output",
+                                                              "ffn_gate", "ffn_up")})
+        types[f"blk.{i}.ffn_down.weight"] = T.Q6_K
+    path = tmp_path / "tiny-act8.gguf"
+    model_to_gguf(path, random_qwen2(7, config), types, seed=7)
+    target, _report = build_quantized_model(path, config)
+    decoder = SpeculativeDecoder(target)
+    prompt = [int(t) for t in np.random.default_rng(3).integers(0, 256, 12)]
+    with torch.inference_mode():  # 4 rows: the few-row products, where the switch acts
+        apply_act8(False)
+        logits16 = kv.forward(target, prompt[:4], kv.new_cache(target))
+        apply_act8(True)
+        logits8 = kv.forward(target, prompt[:4], kv.new_cache(target))
+    assert not torch.equal(logits8, logits16)
+    fixed = DecodeConfig(max_new_tokens=24, draft_mode="ar", scheduler=SchedulerConfig(fixed_k=4, tau=0.05, tau_min=0.05))
+    for p in (prompt, prompt[:3], [5, 5, 5, 5, 5, 5]):
+        alone = decoder.generate(p, config=DecodeConfig(max_new_tokens=24))
+        spec = decoder.generate(p, config=fixed, draft=ModelDraftSource(target, 256, name="self"))
+        look = decoder.generate(p, config=DecodeConfig(max_new_tokens=24), draft=NgramDraftSource(max_ngram=3))
+        assert spec.tokens == alone.tokens == look.tokens
+        assert spec.stats.proposed > 0 and spec.stats.accepted == spec.stats.proposed
