@@ -7,7 +7,7 @@ out="${1:-.}"
 repo=$(cd "$(dirname "$0")/../../.." && pwd)
 mkdir -p "$out"
 common=(--limit 1 --sets single,multi,span --corpus bench/corpus --max-new-tokens 32 --threads 2)
-methods=target_only,llamacpp_greedy,llamacpp_lookup,dspark
+methods=${METHODS:-target_only,llamacpp_greedy,llamacpp_lookup,dspark}
 step() { uptime | sed "s/^/$1 /" >>"$out/uptime.log"; }
 step 1p5b-bench
 dspark-lsp bench --model qwen2.5-coder-1.5b "${common[@]}" --methods $methods --forward-cost \
