@@ -36,8 +36,62 @@ def _set(path: str) -> None:
     assert on == (path == "int8"), "the kernel did not switch paths"
 
 
+def _check(model: Any, ids: list[int], context: int, sizes: list[int], cache: Any) -> None:
+    """Per width: n one-token forwards give the n-token forward's rows bit for bit on both paths, and how far
+    the paths' logits are apart."""
+    from dspark_lsp.engine.kv import crop, forward
+
+    for n in sizes:
+        step = ids[context : context + n]
+        outs: dict[str, torch.Tensor] = {}
+        for path in PATHS:
+            _set(path)
+            outs[path] = forward(model, step, cache)
+            crop(cache, context)
+            ones = []
+            for i in range(n):  # one token at a time: the same rows bit for bit (batch invariance)
+                ones.append(forward(model, step[i : i + 1], cache))
+            crop(cache, context)
+            same = torch.equal(torch.cat(ones, dim=-2), outs[path])
+            print(f"n={n} {path}: {n} one-token forwards equal the {n}-token forward: {same}")
+        diff = float((outs["int8"] - outs["int16"]).abs().max())
+        top = bool(torch.equal(outs["int8"].argmax(-1), outs["int16"].argmax(-1)))
+        print(f"n={n}: max |logit int8 - int16| {diff:.4f}, same argmax at every row: {top}", flush=True)
+
+
+def _time(model: Any, ids: list[int], context: int, sizes: list[int], cache: Any,
+          rounds: int) -> dict[tuple[str, int], list[float]]:
+    """Forward times in ms per (path, width), both paths in ABBA order each round."""
+    from dspark_lsp.engine.kv import crop, forward
+
+    times: dict[tuple[str, int], list[float]] = {(path, n): [] for path in PATHS for n in sizes}
+    for r in range(rounds):
+        for n in sizes:
+            step = ids[context : context + n]
+            order = list(PATHS) if r % 2 == 0 else list(PATHS)[::-1]
+            for path in order + order[::-1]:  # ABBA
+                _set(path)
+                t0 = time.perf_counter()
+                forward(model, step, cache)
+                times[(path, n)].append((time.perf_counter() - t0) * 1000)
+                crop(cache, context)
+    return times
+
+
+def _report(times: dict[tuple[str, int], list[float]], sizes: list[int]) -> None:
+    print("| tokens | int16 ms | int8 ms | int8/int16 (median of pairs) | int16 curve n/1 | int8 curve n/1 |")
+    print("|---|---|---|---|---|---|")
+    for n in sizes:
+        a, b = times[("int16", n)], times[("int8", n)]
+        pair = statistics.median(y / x for x, y in zip(a, b, strict=True))
+        curve = {path: statistics.median(t / o for t, o in zip(times[(path, n)], times[(path, 1)], strict=True))
+                 for path in PATHS}
+        print(f"| {n} | {statistics.median(a):.1f} | {statistics.median(b):.1f} | {pair:.3f} | "
+              f"{curve['int16']:.3f} | {curve['int8']:.3f} |", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
-    from dspark_lsp.engine.kv import crop, forward, new_cache
+    from dspark_lsp.engine.kv import forward, new_cache
 
     p = argparse.ArgumentParser(prog="python -m dspark_lsp.quant.act8_ab", description=__doc__)
     p.add_argument("--model", default="qwen2.5-coder-1.5b")
@@ -58,45 +112,12 @@ def main(argv: list[str] | None = None) -> int:
     with torch.inference_mode():
         _set("int16")  # the prefill (many rows) does not use the switch; one cache serves both paths
         forward(model, ids[: args.context], cache, keep=1)
-        for n in sizes:
-            step = ids[args.context : args.context + n]
-            outs: dict[str, torch.Tensor] = {}
-            for path in PATHS:
-                _set(path)
-                outs[path] = forward(model, step, cache)
-                crop(cache, args.context)
-                ones = []
-                for i in range(n):  # one token at a time: the same rows bit for bit (batch invariance)
-                    ones.append(forward(model, step[i : i + 1], cache))
-                crop(cache, args.context)
-                same = torch.equal(torch.cat(ones, dim=-2), outs[path])
-                print(f"n={n} {path}: {n} one-token forwards equal the {n}-token forward: {same}")
-            diff = float((outs["int8"] - outs["int16"]).abs().max())
-            top = bool(torch.equal(outs["int8"].argmax(-1), outs["int16"].argmax(-1)))
-            print(f"n={n}: max |logit int8 - int16| {diff:.4f}, same argmax at every row: {top}", flush=True)
-        times: dict[tuple[str, int], list[float]] = {(path, n): [] for path in PATHS for n in sizes}
-        for r in range(args.rounds):
-            for n in sizes:
-                step = ids[args.context : args.context + n]
-                order = list(PATHS) if r % 2 == 0 else list(PATHS)[::-1]
-                for path in order + order[::-1]:  # ABBA
-                    _set(path)
-                    t0 = time.perf_counter()
-                    forward(model, step, cache)
-                    times[(path, n)].append((time.perf_counter() - t0) * 1000)
-                    crop(cache, args.context)
+        _check(model, ids, args.context, sizes, cache)
+        times = _time(model, ids, args.context, sizes, cache, args.rounds)
     _set("int16")
     print(f"model {args.model}, context {args.context}, {args.rounds} rounds ({2 * args.rounds} forwards a path "
           f"and size, ABBA)")
-    print("| tokens | int16 ms | int8 ms | int8/int16 (median of pairs) | int16 curve n/1 | int8 curve n/1 |")
-    print("|---|---|---|---|---|---|")
-    for n in sizes:
-        a, b = times[("int16", n)], times[("int8", n)]
-        pair = statistics.median(y / x for x, y in zip(a, b, strict=True))
-        curve = {path: statistics.median(t / o for t, o in zip(times[(path, n)], times[(path, 1)], strict=True))
-                 for path in PATHS}
-        print(f"| {n} | {statistics.median(a):.1f} | {statistics.median(b):.1f} | {pair:.3f} | "
-              f"{curve['int16']:.3f} | {curve['int8']:.3f} |", flush=True)
+    _report(times, sizes)
     return 0
 
 
