@@ -509,6 +509,34 @@ inline __m256i dot_acc(__m256i acc, __m256i c, __m256i x) {
 #endif
 }
 
+// A unit's (group's, or Q6_K half-group's) exact integer dots, C chains a row, as fp32: times the panel's
+// weight scales ws and the row's activation scale (xsu: the unit's, rows GU8 apart), added to acc. Shared by
+// the int16 and int8 products: the fp32 steps, and so the bits, do not depend on the integer path.
+template <int R, int C>
+inline void fold_unit(__m256i (&s)[R][C], __m256 ws, const float* xsu, int64_t GU8, __m256 (&acc)[R]) {
+  for (int r = 0; r < R; ++r) {
+    __m256i t = s[r][0];
+    for (int c = 1; c < C; ++c) t = _mm256_add_epi32(t, s[r][c]);
+    const __m256 sc = _mm256_mul_ps(ws, _mm256_broadcast_ss(xsu + r * GU8));
+    acc[r] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(t), acc[r]);
+  }
+}
+
+// The affine types' offset term of a group: offset x the group's activation sum (xs1: the group's, rows G8
+// apart). Compact K-quants rebuild dmin * m, the reference's product; its negation is the offset, so
+// fnmadd adds the same term.
+template <bool CS, int R>
+inline void add_offsets(const Mat& m, int64_t sb, const int8_t* ax, int64_t pg, const float* xs1, int64_t G8,
+                        __m256 (&acc)[R]) {
+  if (CS) {
+    const __m256 dm = compact_scales(m.off + sb, ax + 8);
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_fnmadd_ps(dm, _mm256_broadcast_ss(xs1 + r * G8), acc[r]);
+  } else {
+    const __m256 offs = _mm256_loadu_ps(m.off + pg * 8);
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(offs, _mm256_broadcast_ss(xs1 + r * G8), acc[r]);
+  }
+}
+
 // R rows of x against panel P; C independent integer accumulators per row (few rows: enough chains in
 // flight to hide the multiply's latency).
 template <int L, bool OFF, bool TWO, bool CS, int R, int C>
@@ -576,21 +604,9 @@ inline void panel_dots(const Mat& m, int64_t P, const int16_t* xq, const float* 
         }
       }
       const __m256 ws = CS ? compact_scales(m.scale + sb, ax + 8 * u) : panel_scales(m, (pg * U + u) * 8);
-      for (int r = 0; r < R; ++r) {
-        __m256i t = s[r][0];
-        for (int c = 1; c < C; ++c) t = _mm256_add_epi32(t, s[r][c]);
-        const __m256 sc = _mm256_mul_ps(ws, _mm256_broadcast_ss(xsu + r * GU8 + g * U + u));
-        acc[r] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(t), acc[r]);
-      }
+      fold_unit<R, C>(s, ws, xsu + g * U + u, GU8, acc);
     }
-    if (OFF && CS) {
-      // dmin * m, the reference's product; its negation is the offset, so fnmadd adds the same term
-      const __m256 dm = compact_scales(m.off + sb, ax + 8);
-      for (int r = 0; r < R; ++r) acc[r] = _mm256_fnmadd_ps(dm, _mm256_broadcast_ss(xs1 + r * G8 + g), acc[r]);
-    } else if (OFF) {
-      const __m256 offs = _mm256_loadu_ps(m.off + pg * 8);
-      for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(offs, _mm256_broadcast_ss(xs1 + r * G8 + g), acc[r]);
-    }
+    if (OFF) add_offsets<CS, R>(m, sb, ax, pg, xs1 + g, G8, acc);
   }
   for (int r = 0; r < R; ++r) _mm256_storeu_ps(out + r * N + P * 8, acc[r]);
 }
@@ -788,20 +804,9 @@ inline void panel_dots8(const Mat& m, int64_t P, const int8_t* xq, const float* 
         }
       }
       const __m256 ws = CS ? compact_scales(m.scale + sb, ax + 8 * u) : panel_scales(m, (pg * U + u) * 8);
-      for (int r = 0; r < R; ++r) {
-        __m256i t = s[r][0];
-        for (int c = 1; c < C; ++c) t = _mm256_add_epi32(t, s[r][c]);
-        const __m256 sc = _mm256_mul_ps(ws, _mm256_broadcast_ss(xsu + r * GU8 + g * U + u));
-        acc[r] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(t), acc[r]);
-      }
+      fold_unit<R, C>(s, ws, xsu + g * U + u, GU8, acc);
     }
-    if (OFF && CS) {
-      const __m256 dm = compact_scales(m.off + sb, ax + 8);
-      for (int r = 0; r < R; ++r) acc[r] = _mm256_fnmadd_ps(dm, _mm256_broadcast_ss(xs1 + r * G8 + g), acc[r]);
-    } else if (OFF) {
-      const __m256 offs = _mm256_loadu_ps(m.off + pg * 8);
-      for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(offs, _mm256_broadcast_ss(xs1 + r * G8 + g), acc[r]);
-    }
+    if (OFF) add_offsets<CS, R>(m, sb, ax, pg, xs1 + g, G8, acc);
   }
   for (int r = 0; r < R; ++r) _mm256_storeu_ps(out + r * N + P * 8, acc[r]);
 }
