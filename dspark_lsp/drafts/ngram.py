@@ -55,10 +55,9 @@ class NgramDraftSource(DraftSource):
         """Index the document's recent outputs (oldest first): each n-gram's continuation in the newest
         output that has one (a later output, and a later place in it, wins). Only n-grams followed by at
         least one token are indexed, so a match at an output's very end does not hide an earlier one."""
-        self._recent_request = recent
-        self._recent = [list(out) for out in recent.outputs if out] if recent is not None else []
+        self._recent = recent
         self._recent_index: dict[tuple[int, ...], tuple[int, int]] = {}
-        for which, out in enumerate(self._recent):
+        for which, out in enumerate(recent.outputs if recent is not None else ()):
             for n in range(self.min_ngram, self.max_ngram + 1):
                 for i in range(len(out) - n):
                     self._recent_index[tuple(out[i : i + n])] = (which, i + n)
@@ -94,12 +93,13 @@ class NgramDraftSource(DraftSource):
         if max_tokens <= 0 or not context:
             return Proposal()
         want = max_tokens if parallel else 1
-        tail = self._recent_request.tail(context) if self._recent_request is not None and self._recent else []
+        recent = self._recent if self._recent_index else None
+        tail = recent.tail(context) if recent is not None else []
         for n in range(min(self.max_ngram, len(context)), self.min_ngram - 1, -1):
             pattern = context[-n:]
             hit = self._recent_index.get(tuple(tail[-n:])) if len(tail) >= n else None
-            if hit is not None:
-                out = self._recent[hit[0]]
+            if hit is not None and recent is not None:
+                out = recent.outputs[hit[0]]
                 tokens = out[hit[1] : hit[1] + want]
                 conf = self._confidence(n)
                 return Proposal(tokens=list(tokens), confidence=[conf] * len(tokens), dists=None, forwards=0)
