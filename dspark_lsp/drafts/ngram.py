@@ -99,10 +99,9 @@ class NgramDraftSource(DraftSource):
             pattern = context[-n:]
             hit = self._recent_index.get(tuple(tail[-n:])) if len(tail) >= n else None
             if hit is not None and recent is not None:
-                out = recent.outputs[hit[0]]
-                tokens = out[hit[1] : hit[1] + want]
+                said = list(recent.outputs[hit[0]][hit[1] : hit[1] + want])
                 conf = self._confidence(n)
-                return Proposal(tokens=list(tokens), confidence=[conf] * len(tokens), dists=None, forwards=0)
+                return Proposal(tokens=said, confidence=[conf] * len(said), dists=None, forwards=0)
             # The context itself, excluding the trailing occurrence that is the pattern.
             start = self._lookup(context, pattern, len(context) - 1)
             source = context
