@@ -34,6 +34,9 @@ class ServiceConfig:
     # Runner-up draft tokens verified beside the chain per round (engine.alternates); 0 = chain only.
     alternates: int = 3
     max_new_tokens: int = 64
+    # An automatic request answers with the lines finished once this many ms have passed (0: never
+    # early); the rest is decoded in the background for typing through / accepting it (quick_answer.py).
+    quick_answer_ms: int = 200
     # 768 + 256 of other files, suffix ~10%: chosen on the repository-level set (eval --repo, 300 holes:
     # exact match 0.253 -> 0.307 against 256 tokens of the file alone, docs/CONTEXT.md) and the typing
     # replay (a small suffix is what a keystroke re-prefills; prefixShare 0.94 matched 0.75 at 1,024 tokens
@@ -173,6 +176,9 @@ class Prepared:
     # tokens before the cursor; ``anchor``: this prompt's (engine.draft.RecentOutputs).
     recent: tuple[tuple[int, ...], ...] = ()
     anchor: tuple[int, ...] = ()
+    # perf_counter time from which the decode may answer with its finished lines (quickAnswerMs); None:
+    # the whole completion.
+    deadline: float | None = None
 
     def elapsed_ms(self) -> float:
         return round((time.perf_counter() - self.t0) * 1000, 2)

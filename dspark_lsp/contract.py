@@ -45,6 +45,9 @@ class CompletionRequest:
     context: tuple[ContextFile, ...] = ()
     repo_name: str | None = None  # the repository's name in the prompt (the workspace folder's name)
     prompt_path: str | None = None  # the current file's name in the prompt (workspace-relative)
+    # Asked by the editor as the user types (LSP triggerKind Automatic), not by a keybinding: such a
+    # request may be answered early with its finished lines (the quickAnswerMs setting).
+    automatic: bool = False
 
 
 def _is_int(v: object) -> bool:

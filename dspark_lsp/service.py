@@ -33,11 +33,12 @@ from dspark_lsp.completion import (
     stop_ids,
 )
 from dspark_lsp.contract import CompletionRequest, CompletionResult, CompletionStats, ServiceRecord
+from dspark_lsp.draft_loading import load_draft
 from dspark_lsp.engine.costs import calibrate_forwards, cost_profile
 from dspark_lsp.engine.decode import SpeculativeDecoder
 from dspark_lsp.engine.draft import DraftSource, RecentOutputs
 from dspark_lsp.engine.prefix_cache import PrefixCache
-from dspark_lsp.errors import ModelNotPrepared, UserError
+from dspark_lsp.errors import UserError
 from dspark_lsp.models.gguf_target import weights_kind
 from dspark_lsp.models.packing import is_packed
 from dspark_lsp.prompt import (
@@ -47,10 +48,10 @@ from dspark_lsp.prompt import (
     detect_repo_format,
     outside_window_ids,
 )
+from dspark_lsp.quick_answer import EarlyStop, Unfinished
 from dspark_lsp.warm_slices import WarmSlices
 
 if TYPE_CHECKING:
-    from dspark_lsp.models.registry import PairSpec
     from dspark_lsp.remote.service import RemoteDecoder
 
 # Names that moved to dspark_lsp.completion, still importable from here.
@@ -70,32 +71,6 @@ ANCHOR_TOKENS = 8
 ANCHOR_CHARS = 200
 
 log = logging.getLogger(__name__)
-
-
-def _load_draft(pair: PairSpec, target: Any, config: ServiceConfig,
-                progress: Progress | None) -> tuple[DraftSource | None, str]:
-    """The pair's draft source and the service's description. A draft *model* that is known but not
-    prepared (the 1.5B's 0.5B draft, say) is not a reason to give no completions: the target is there,
-    so the service drafts by n-gram lookup meanwhile and says once which command fixes it."""
-    if pair.draft_kind == "none":
-        return None, f"{pair.target} + none"
-    from dspark_lsp.drafts.registry import DraftSpec, LoadOptions, build_draft, spec_for
-
-    if pair.draft_kind == "ngram" or pair.draft is None:
-        return build_draft(DraftSpec("ngram")), f"{pair.target} + ngram"
-    if progress:
-        progress(f"loading draft {pair.draft}", 0.6)
-    load = LoadOptions(config.device, config.dtype, config.cache_dir, config.pack_weights)
-    try:
-        draft = build_draft(spec_for(pair.draft, load=load), target)
-    except ModelNotPrepared as exc:
-        log.warning("draft %s unavailable (%s); drafting by n-gram lookup until it is prepared",
-                    pair.draft, exc)
-        if progress:
-            progress(f"draft {pair.draft} not prepared: n-gram drafting (dspark-lsp models prepare {pair.draft})",
-                     0.7)
-        return build_draft(DraftSpec("ngram")), f"{pair.target} + ngram ({pair.draft} not prepared)"
-    return draft, f"{pair.target} + {pair.draft}"
 
 
 class LocalDecoder:
@@ -159,44 +134,69 @@ class LocalDecoder:
     def decode(self, prep: Prepared, config: ServiceConfig, decode_text: Callable[[list[int]], str], *,
                scheduler_state: tuple[float, ...] | None, cancel: threading.Event | None,
                on_text: Callable[[str], None] | None) -> Decoded:
+        return self._decode(prep, [], config, decode_text, scheduler_state=scheduler_state, cancel=cancel,
+                            on_text=on_text, deadline=prep.deadline)
+
+    def extend(self, prep: Prepared, head: list[int], config: ServiceConfig,
+               decode_text: Callable[[list[int]], str], *, scheduler_state: tuple[float, ...] | None,
+               cancel: threading.Event | None) -> Decoded:
+        """Decode on from a completion answered early (quick_answer.py), whose tokens so far are ``head``:
+        the prompt plus ``head`` (cached but for its last token), then on to the end. The answer covers
+        ``head`` and what followed, as if the decode had never stopped."""
+        return self._decode(prep, list(head), config, decode_text, scheduler_state=scheduler_state,
+                            cancel=cancel, on_text=None, deadline=None)
+
+    def _decode(self, prep: Prepared, head: list[int], config: ServiceConfig,
+                decode_text: Callable[[list[int]], str], *, scheduler_state: tuple[float, ...] | None,
+                cancel: threading.Event | None, on_text: Callable[[str], None] | None,
+                deadline: float | None) -> Decoded:
         req, fp, tracker = prep.req, prep.fp, prep.tracker
+        early = EarlyStop(tracker, deadline,
+                          lambda text: finish_text(tracker.probe(), text, prep.after, capped=True)[0])
+
+        def text_of(ids: list[int]) -> str:
+            return decode_text(head + ids)
 
         def is_key(ids: list[int]) -> bool:
-            return bool(tracker.is_key_next(decode_text(ids)))
-
-        def stop(ids: list[int]) -> bool:
-            return tracker.stop_index(decode_text(ids)) is not None
+            return bool(tracker.is_key_next(text_of(ids)))
 
         def on_tokens(ids: list[int]) -> None:
             if on_text is not None:
-                on_text(decode_text(ids))
+                on_text(text_of(ids))
 
         draft = self.draft
         set_lookup_corpus(draft, lambda: outside_window_ids(req.text, req.offset, fp, self.tokenizer))
         if draft is not None:
             draft.set_recent(RecentOutputs(prep.recent, prep.anchor, len(fp.ids)) if prep.recent else None)
+        total = req.max_new_tokens or config.max_new_tokens
         res = self.engine.generate(
-            fp.ids,
-            config=config.decode_config(req.max_new_tokens, self.verify_cost_ms, self.pad_to),
+            fp.ids + head,
+            config=config.decode_config(max(total - len(head), 1), self.verify_cost_ms, self.pad_to),
             draft=draft,
             eos_ids=self.stop_ids,
             is_key=is_key,
-            stop=stop,
+            stop=lambda ids: early(text_of(ids)),
             on_tokens=on_tokens if on_text is not None else None,
             cancel=cancel,
             scheduler_state=scheduler_state,
         )
-        full_text = decode_text(res.tokens)
-        text, cut = finish_text(tracker, full_text, prep.after, capped=res.stats.stop_reason == "max_tokens")
-        ids = ids_covering(res.tokens, len(text), decode_text)
+        tokens = head + list(res.tokens)
         st = res.stats
+        # Stopped by the deadline or a cancel, the last line is as unfinished as one the budget cut short.
+        # Judged on a probe: the tracker itself stays unjudged for a continuation (extend) of this decode.
+        final = tracker.probe()
+        text, cut = finish_text(final, decode_text(tokens), prep.after,
+                                capped=st.stop_reason in ("max_tokens", "cancelled") or early.hit)
+        ids = ids_covering(tokens, len(text), decode_text)
         # "gguf": the target computes from its GGUF's quantized blocks; else its torch dtype
         stats = CompletionStats.from_decode(st, latency_ms=prep.elapsed_ms(), draft=getattr(draft, "name", "none"),
                                             weights=self.weights)
         cancelled = st.stop_reason == "cancelled"
-        return Decoded(text, ids, stats, tracker.scope.value, cancelled,
-                       st.stop_reason if cut is None or cancelled else "syntax", res.scheduler_state,
-                       raw_ids=list(res.tokens))
+        # At the token budget there is nothing left to go on with: an ordinary end.
+        unfinished = early.hit and not cancelled and len(tokens) < total
+        reason = "deadline" if unfinished else st.stop_reason if cut is None or cancelled else "syntax"
+        return Decoded(text, ids, stats, final.scope.value, cancelled, reason, res.scheduler_state,
+                       raw_ids=tokens)
 
 
 class CompletionService:
@@ -225,6 +225,8 @@ class CompletionService:
         self._sched_state: OrderedDict[str, tuple[float, ...]] = OrderedDict()
         # Per-document recent raw outputs (oldest first), bounded LRU like the others.
         self._outputs: OrderedDict[str, deque[tuple[int, ...]]] = OrderedDict()
+        # Per-document completion answered early whose decode goes on in the background (quick_answer.py).
+        self._unfinished: dict[str, Unfinished] = {}
         self._lock = threading.Lock()
 
     # ---------------------------------------------------------------- the local engine, where it runs
@@ -283,7 +285,7 @@ class CompletionService:
         target, tokenizer = load_causal_lm(
             pair.target, device=config.device, dtype=config.dtype, cache_root=config.cache_dir, pack=config.pack_weights
         )
-        draft, desc = _load_draft(pair, target, config, progress)
+        draft, desc = load_draft(pair, target, config, progress)
         release_load_temporaries()  # the draft's load-time copies, before calibration allocates more
         if progress and config.calibrate:
             # Calibration (in LocalDecoder) times the target's forwards: seconds, more on a loaded machine;
@@ -311,6 +313,7 @@ class CompletionService:
         self.decoding.close()
         self._shown.clear()
         self._outputs.clear()
+        self._unfinished.clear()
 
     def forget(self, doc_key: str) -> None:
         """Drop a closed document's state: its shown completions (each holds a copy of the document's
@@ -320,6 +323,7 @@ class CompletionService:
             self._shown.pop(doc_key, None)
             self._sched_state.pop(doc_key, None)
             self._outputs.pop(doc_key, None)
+            self._unfinished.pop(doc_key, None)
 
     def recent_stats(self) -> list[dict[str, Any]]:
         """The last requests' records in their wire form (dspark/stats' "service" list)."""
@@ -351,20 +355,25 @@ class CompletionService:
         tracker = doc.generation(req.offset, scope, continue_lines=cfg.multiline == "auto")
         with self._lock:
             recent = tuple(self._outputs.get(req.doc_key, ()))
-        return Prepared(req, t0, before, after, scope, fp, tracker, recent, self._anchor(fp.prefix))
+        quick = req.automatic and cfg.quick_answer_ms > 0
+        deadline = t0 + cfg.quick_answer_ms / 1000 if quick else None
+        return Prepared(req, t0, before, after, scope, fp, tracker, recent, self._anchor(fp.prefix), deadline)
 
     def warm(self, req: CompletionRequest, cancel: threading.Event | None = None) -> int:
         """Prefill the prompt a completion at ``req`` would use into the prefix cache, answering nothing:
         the KV of the context and the window is paid before the user asks (a document opened, typing
-        paused, the cursor settled). Small prefill slices, so a real request (which sets ``cancel``)
-        waits at most one slice; what was prefilled before the cancel is kept. Returns the tokens
-        prefilled (0: all cached already, no completion possible there, or cancelled)."""
+        paused, the cursor settled). An answer given early there is decoded on first. Small prefill
+        slices, so a real request (which sets ``cancel``) waits at most one slice; what was prefilled
+        before the cancel is kept. Returns the tokens prefilled (0: all cached already, no completion
+        possible there, or cancelled)."""
         if not 0 <= req.offset <= len(req.text) or (cancel is not None and cancel.is_set()):
             return 0
+        self.finish_early_answer(req, cancel)  # the answer the user may be reading goes first
         from dspark_lsp.syntax import Scope, SyntaxDocument, detect_language
 
         doc = SyntaxDocument(req.text, detect_language(req.path, req.language_id))
-        if decide_scope(doc, req.offset, self.config.multiline) is Scope.NONE:
+        cancelled = cancel is not None and cancel.is_set()
+        if cancelled or decide_scope(doc, req.offset, self.config.multiline) is Scope.NONE:
             return 0
         fp = self.prompt_for(req, doc)
         done = self.decoding.warm(fp, self.config, cancel)
@@ -407,6 +416,8 @@ class CompletionService:
         prep = self._prepare(req)
         if isinstance(prep, CompletionResult):
             return prep
+        with self._lock:
+            self._unfinished.pop(req.doc_key, None)  # the model runs for a newer spot: that one is stale
         out = self.decoding.decode(prep, self.config, self._decoder_text(), cancel=cancel, on_text=on_text,
                                    scheduler_state=self._sched_state.get(req.doc_key))
         if out.scheduler_state is not None:
@@ -416,8 +427,44 @@ class CompletionService:
                 self._sched_state.popitem(last=False)
         if out.raw_ids:
             self._keep_output(req.doc_key, [*prep.anchor, *out.raw_ids])
+        if out.stop_reason == "deadline":
+            with self._lock:
+                self._unfinished[req.doc_key] = Unfinished(prep, tuple(out.raw_ids),
+                                                            self._decoder_text()(out.raw_ids))
         return self._finish(prep, out.text, out.ids, out.stats, scope=out.scope, cancelled=out.cancelled,
                             stop_reason=out.stop_reason)
+
+    def finish_early_answer(self, req: CompletionRequest, cancel: threading.Event | None = None) -> int:
+        """Decode on, in the background, the completion answered early for ``req.doc_key`` (quick_answer.py)
+        while the document still leads to it; the whole completion (or, when cancelled, its lines finished
+        so far) joins the typed-through cache. Returns the tokens decoded (0: nothing to go on with)."""
+        key = req.doc_key
+        with self._lock:
+            job = self._unfinished.get(key)
+        extend = getattr(self.decoding, "extend", None)
+        if job is None or extend is None or (cancel is not None and cancel.is_set()):
+            return 0
+        if not job.still_ahead(req.text[: req.offset], req.text[req.offset :]):
+            with self._lock:
+                if self._unfinished.get(key) is job:
+                    del self._unfinished[key]
+            return 0
+        decode_text = self._decoder_text()
+        out = extend(job.prep, list(job.head), self.config, decode_text, scheduler_state=self._sched_state.get(key),
+                     cancel=cancel)
+        with self._lock:
+            if self._unfinished.get(key) is not job:
+                return 0  # dropped meanwhile (the document closed)
+            if out.cancelled:  # a request came: keep the tokens so far and go on from there next time
+                self._unfinished[key] = Unfinished(job.prep, tuple(out.raw_ids), decode_text(out.raw_ids))
+            else:
+                del self._unfinished[key]
+        prep = job.prep
+        if self.config.completion_cache and out.text:
+            self._remember(key, Shown(prep.before, prep.after, out.text, out.ids, prep.fp.text, out.scope))
+        if not out.cancelled:
+            self._keep_output(key, [*prep.anchor, *out.raw_ids])
+        return len(out.raw_ids) - len(job.head)
 
     def _finish(self, prep: Prepared, text: str, ids: list[int], stats: CompletionStats, *, scope: str,
                 cancelled: bool, stop_reason: str) -> CompletionResult:
@@ -460,6 +507,8 @@ class CompletionService:
     def _keep_output(self, key: str, ids: list[int]) -> None:
         with self._lock:
             kept = self._outputs.setdefault(key, deque(maxlen=self.OUTPUTS_PER_DOC))
+            if kept and tuple(ids[: len(kept[-1])]) == kept[-1]:
+                kept.pop()  # the same output carried on (an early answer's continuation): keep the whole
             kept.append(tuple(ids))
             self._outputs.move_to_end(key)
             while len(self._outputs) > self.SHOWN_CACHE:

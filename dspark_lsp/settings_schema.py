@@ -212,6 +212,16 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("maxNewTokens", "integer", 64, "Longest completion, in tokens.", minimum=1, maximum=2048),
     Setting(
+        "quickAnswerMs",
+        "integer",
+        200,
+        "Completions asked while typing answer with the lines finished after this many milliseconds; the "
+        "rest is decoded in the background and shown as you accept or type through the suggestion. 0: "
+        "always wait for the whole completion. A completion asked by its keybinding always waits.",
+        minimum=0,
+        maximum=60000,
+    ),
+    Setting(
         "contextWindow",
         "integer",
         768,

@@ -89,6 +89,10 @@ def _add_lsp_arguments(p: argparse.ArgumentParser) -> None:
         help="--lsp: which context sources are on: open,defs (both), open, defs or none (default: the server's)",
     )
     p.add_argument(
+        "--lsp-quick-ms", type=int, default=None, metavar="MS",
+        help="--lsp: the quickAnswerMs setting (0: every answer whole; default: the server's)",
+    )
+    p.add_argument(
         "--lsp-first-after", type=float, default=None, metavar="S",
         help="--lsp: S seconds after opening the file (its background warm-up), ask once: the first completion",
     )

@@ -422,8 +422,10 @@ def _report(label: str, stats: dict[str, Any], typed: int, wall: float) -> Repla
         if values:
             service[key] = round(statistics.fmean(values), 2)
     service["from_cache"] = sum(1 for _, from_cache in figures if from_cache)
-    rows = [_request_row(latency, st, from_cache)
-            for latency, (st, from_cache) in zip(latencies, figures, strict=True)]
+    reasons = [str(r["service"].get("stop_reason", "")) if isinstance(r.get("service"), dict) else "" for r in records]
+    service["answered_early"] = reasons.count("deadline")  # quickAnswerMs: the rest decoded afterwards
+    rows = [_request_row(latency, st, from_cache) | {"stop_reason": reason}
+            for latency, (st, from_cache), reason in zip(latencies, figures, reasons, strict=True)]
     rss = stats.get("peakRssKb")
     return ReplayReport(
         label=label,
@@ -533,6 +535,8 @@ def server_settings(args: Any) -> dict[str, Any]:
         settings["contextWindow"] = args.context_window
     if args.prefix_share is not None:
         settings["prefixShare"] = args.prefix_share
+    if getattr(args, "lsp_quick_ms", None) is not None:
+        settings["quickAnswerMs"] = args.lsp_quick_ms
     sources = getattr(args, "lsp_sources", None)
     if sources is not None:
         settings.update(context_sources(sources))

@@ -10,7 +10,8 @@ request finds it in the prefix cache and prefills only what changed. Triggers, e
 * `dspark/cursor` (our VS Code and Neovim clients send it when the cursor rests): that position;
 * a completion answered, the document unchanged since (`AFTER_COMPLETION_S`): the same spot. Its prompt is
   cached by then, so this is for the service's look-ahead: the window as it will be after its next slide
-  (service.CompletionService.warm), prefilled while the user reads the suggestion or types on.
+  (service.CompletionService.warm), prefilled while the user reads the suggestion or types on. An answer
+  given early (quickAnswerMs) is decoded on to its end first, by the same job, even with warm-ups off.
 
 One spot per document is pending at a time; a completion request for the document drops it (the request
 pays for its own prompt). The warm-up itself runs on the service's worker thread only when no
@@ -46,25 +47,26 @@ class Warmer:
         config = self.server.config
         return bool(getattr(config, "warm_up", False)) and self.server.worker is not None
 
-    def schedule(self, uri: str, offset: int | Callable[[str], int], delay: float) -> None:
+    def schedule(self, uri: str, offset: int | Callable[[str], int], delay: float, *, force: bool = False) -> None:
         """Warm the prompt at ``offset`` of ``uri`` after ``delay`` seconds (replacing a pending spot).
-        ``offset`` may be a function of the document's text then (its end, say)."""
+        ``offset`` may be a function of the document's text then (its end, say). ``force``: an early
+        answer waits to be finished there; with warm-ups off, the job does only that."""
         self.drop(uri)
-        if not self.enabled():
+        if not (self.enabled() or (force and self.server.worker is not None)):
             return
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return
-        self._pending[uri] = loop.call_later(delay, self._fire, uri, offset)
+        self._pending[uri] = loop.call_later(delay, self._fire, uri, offset, force)
 
-    def after_completion(self, uri: str, text: str, offset: int) -> None:
+    def after_completion(self, uri: str, text: str, offset: int, *, force: bool = False) -> None:
         """A completion at ``offset`` of ``text`` (the document's whole text then) was answered: warm
         that spot again unless a newer spot is pending (an edit came meanwhile) or the text changed by
         the time it fires."""
         if uri in self._pending:
             return
-        self.schedule(uri, lambda now: offset if now is text else -1, AFTER_COMPLETION_S)
+        self.schedule(uri, lambda now: offset if now is text else -1, AFTER_COMPLETION_S, force=force)
 
     def drop(self, uri: str) -> None:
         handle = self._pending.pop(uri, None)
@@ -75,11 +77,12 @@ class Warmer:
         for uri in list(self._pending):
             self.drop(uri)
 
-    def _fire(self, uri: str, offset: int | Callable[[str], int]) -> None:
+    def _fire(self, uri: str, offset: int | Callable[[str], int], force: bool = False) -> None:
         self._pending.pop(uri, None)
         doc = self.server.docs.get(uri)
         worker, backend = self.server.worker, self.server.backend
-        if doc is None or worker is None or backend is None or not self.enabled():
+        finish_only = not self.enabled()
+        if doc is None or worker is None or backend is None or (finish_only and not force):
             return
         text = doc.text
         at = offset(text) if callable(offset) else offset
@@ -90,7 +93,8 @@ class Warmer:
         # The text the request there will see (a huge document is cut to a window around the cursor):
         # the same text, so the same prompt, token for token.
         seen, at = windowed(text, at)
-        worker.warm(uri, lambda: request_at(self.server, backend, uri, seen, at, doc.language_id))
+        worker.warm(uri, lambda: request_at(self.server, backend, uri, seen, at, doc.language_id),
+                    finish_only=finish_only)
 
 
 def end_of(text: str) -> int:

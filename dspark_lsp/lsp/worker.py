@@ -103,12 +103,13 @@ class CompletionWorker:
         if (old := self._active.pop(uri, None)) is not None:
             old.cancel()
 
-    def warm(self, uri: str, make_request: Callable[[], CompletionRequest]) -> bool:
+    def warm(self, uri: str, make_request: Callable[[], CompletionRequest], *, finish_only: bool = False) -> bool:
         """Loop thread: queue a background prefill of the prompt ``make_request`` builds (lsp/warm.py),
         unless a completion is active or waiting (it goes first) or the service cannot warm. Any
-        completion request cancels it (``run``). True when queued."""
+        completion request cancels it (``run``). True when queued. ``finish_only``: only decode on an
+        answer given early there (the service's finish_early_answer), no prefill."""
         service = self._models.service
-        warm = getattr(service, "warm", None)
+        warm = getattr(service, "finish_early_answer" if finish_only else "warm", None)
         if self._active or not callable(warm):
             return False
         self.cancel_warm()

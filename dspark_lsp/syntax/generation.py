@@ -7,6 +7,8 @@ and word index advance over the new characters only.
 
 from __future__ import annotations
 
+import copy
+
 from dspark_lsp.errors import UserError
 from dspark_lsp.syntax.incremental import IncrementalTree
 from dspark_lsp.syntax.keys import WORD_RE, WordIndex, is_key_at_end
@@ -144,6 +146,13 @@ class GenerationTracker:
     def scope(self) -> Scope:
         """The completion's scope as decoded so far (a single-line one may have continued to more lines)."""
         return self._stops.scope
+
+    def probe(self) -> GenerationTracker:
+        """A copy for asking where a completion would end if it ended now (``stop_index(final=True)``, which
+        sticks) while this tracker decodes on. It shares the tree: ask it stop_index only."""
+        twin = copy.copy(self)
+        twin._stops = self._stops.copy()
+        return twin
 
     def stop_index(self, generated: str, final: bool = False, capped: bool = False) -> int | None:
         """Where to cut the completion (``generated[:i]``), or None to keep going.

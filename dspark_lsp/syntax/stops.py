@@ -18,6 +18,7 @@ Cuts made "before a line" also drop the blank lines before it, so a completion n
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
 from dataclasses import dataclass
 
@@ -167,6 +168,13 @@ class StopRules:
         self._seen: Counter[str] = Counter()
         self._provisional: int | None = None  # suffix_body_wait: the end after the header, if no evidence
         self._evidence = False  # a later line showed where the hole ends (see suffix_body_wait)
+
+    def copy(self) -> StopRules:
+        """An independent copy in the same state: a final judgement asked of it (``final=True`` sticks)
+        leaves this one decoding on."""
+        twin = copy.copy(self)
+        twin._seen = Counter(self._seen)
+        return twin
 
     def stop_index(self, generated: str, final: bool = False, capped: bool = False) -> int | None:
         if not generated.startswith(self._text):

@@ -158,3 +158,36 @@ async def test_a_warm_up_follows_an_answer_unless_the_user_moved_on(client: Lang
     await asyncio.sleep(1.0)  # PAUSE_S
     record = await record_of(client, uri, 5, 0)
     assert record is not None and record["warms"] == f"{uri}@{2 * line_len + 3};{uri}@1"
+
+
+async def ask(client: LanguageClient, uri: str, line: int, character: int, kind: types.InlineCompletionTriggerKind) -> None:
+    await client.text_document_inline_completion_async(
+        types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            position=types.Position(line, character),
+            context=types.InlineCompletionContext(trigger_kind=kind),
+        )
+    )
+
+
+async def test_an_early_answer_is_finished_in_the_background_even_with_warm_ups_off(
+    client: LanguageClient, tmp_path: Path
+) -> None:
+    # quickAnswerMs: only an automatic request may be answered early; such an answer gets the
+    # background job that decodes it on (the service's finish_early_answer), warm-ups off or not.
+    await start(client, None, model="early", warmUp=False)
+    uri = (tmp_path / "a.py").as_uri()
+    open_doc(client, uri, MAIN)
+    await ask(client, uri, 0, 1, types.InlineCompletionTriggerKind.Automatic)
+    await asyncio.sleep(0.4)  # AFTER_COMPLETION_S
+    record = await record_of(client, uri, 0, 2)  # Invoked: answered in full, nothing to finish
+    assert record is not None and record["automatic"] is False and record["stop_reason"] == "eos"
+    assert record["warms"] == f"finish:{uri}@1"
+    await asyncio.sleep(0.4)
+    record = await record_of(client, uri, 0, 3)
+    assert record is not None and record["warms"] == f"finish:{uri}@1", "an invoked answer schedules no finish"
+    await ask(client, uri, 0, 4, types.InlineCompletionTriggerKind.Automatic)
+    data = await client.protocol.send_request_async("dspark/stats", {})
+    service = data["service"] if isinstance(data, dict) else data.service
+    last = service[-1] if isinstance(service[-1], dict) else service[-1]._asdict()
+    assert last["automatic"] is True and last["stop_reason"] == "deadline"

@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
+from dspark_lsp.draft_loading import load_draft as _load_draft
 from dspark_lsp.drafts.ngram import NgramDraftSource
 from dspark_lsp.models import loader
 from dspark_lsp.models.registry import QWEN_05B, get_pair
-from dspark_lsp.service import ServiceConfig, _load_draft
+from dspark_lsp.service import ServiceConfig
 
 
 def test_an_unprepared_draft_model_falls_back_to_ngram(

@@ -81,11 +81,13 @@ def windowed(text: str, offset: int) -> tuple[str, int]:
 
 
 def request_at(
-    session: Session, backend: Backend, uri: str, text: str, offset: int, language_id: str | None
+    session: Session, backend: Backend, uri: str, text: str, offset: int, language_id: str | None,
+    automatic: bool = False,
 ) -> CompletionRequest:
     """The service request for a completion at ``offset`` of the (windowed) ``text`` of ``uri``, with the
     project's context for it. Completions and background warm-ups build it the same way, so a warm-up
-    prefills exactly the prompt the request will use."""
+    prefills exactly the prompt the request will use. ``automatic``: asked as the user types (it may be
+    answered early, quickAnswerMs)."""
     project = session.project.for_request(uri, text, offset, language_id, session.config)
     return backend.make_request(
         text=text,
@@ -96,6 +98,7 @@ def request_at(
         context=project.context,
         repo_name=project.repo_name,
         prompt_path=project.prompt_path,
+        automatic=automatic,
     )
 
 
@@ -108,7 +111,8 @@ async def complete_at(session: Session, cursor: Cursor, *, explicit: bool) -> Ou
 
     def make_request() -> CompletionRequest:
         # After the debounce: the context is gathered only for requests that will run.
-        return request_at(session, backend, cursor.uri, cursor.text, cursor.offset, cursor.language_id)
+        return request_at(session, backend, cursor.uri, cursor.text, cursor.offset, cursor.language_id,
+                          automatic=not explicit)
 
     session.warmer.drop(cursor.uri)  # this request pays for its own prompt
 
@@ -116,7 +120,10 @@ async def complete_at(session: Session, cursor: Cursor, *, explicit: bool) -> Ou
     debounce = 0 if explicit else session.lsp_settings.debounce_ms
     outcome = await worker.run(cursor.uri, make_request, debounce)
     if outcome.status in ("ok", "empty") and cursor.doc_offset >= 0:
-        session.warmer.after_completion(cursor.uri, cursor.doc_text, cursor.doc_offset)
+        # An answer given early (quickAnswerMs) is decoded on from there by the same background job,
+        # whether or not warm-ups are on.
+        early = outcome.result is not None and outcome.result.stop_reason == "deadline"
+        session.warmer.after_completion(cursor.uri, cursor.doc_text, cursor.doc_offset, force=early)
     if outcome.text:
         outcome.text = _match_line_endings(outcome.text, cursor.eol)
     return outcome

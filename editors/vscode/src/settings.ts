@@ -18,6 +18,7 @@ export interface ScalarSettings {
   kMax: number;
   alternates: number;
   maxNewTokens: number;
+  quickAnswerMs: number;
   contextWindow: number;
   prefixShare: number;
   contextBudget: number;
@@ -65,6 +66,7 @@ export const DEFAULT_SETTINGS: Readonly<ScalarSettings> = Object.freeze({
   kMax: 5,
   alternates: 3,
   maxNewTokens: 64,
+  quickAnswerMs: 200,
   contextWindow: 768,
   prefixShare: 0.9,
   contextBudget: 256,
@@ -127,6 +129,7 @@ const CHECKS: Record<keyof ScalarSettings, [Check, string]> = {
   kMax: [inRange(1, 16, true), "an integer in [1, 16]"],
   alternates: [inRange(0, 8, true), "an integer in [0, 8]"],
   maxNewTokens: [inRange(1, 2048, true), "an integer in [1, 2048]"],
+  quickAnswerMs: [inRange(0, 60000, true), "an integer in [0, 60000]"],
   contextWindow: [inRange(32, 32768, true), "an integer in [32, 32768]"],
   prefixShare: [inRange(0.1, 1, false), "a number in [0.1, 1]"],
   contextBudget: [inRange(0, 8192, true), "an integer in [0, 8192]"],

@@ -12,6 +12,8 @@ characters before it. Model names select behaviours:
   broken: load fails (ModelError)               crash: complete() raises
   slowload: load takes 6 s with progress        multiline: answers "a\\nb"
   empty: answers ""
+  early: an automatic request answers "a" as cut short by quickAnswerMs (stop_reason "deadline");
+         finish_early_answer() is recorded in the "warms" list as "finish:<doc_key>@<offset>"
 """
 
 from __future__ import annotations
@@ -123,6 +125,8 @@ class FakeService:
             text = "a\nb"
         elif model == "empty":
             text = ""
+        elif model == "early":
+            text = "a"
         else:
             text = f"<{req.offset}|{req.text[max(0, req.offset - 2) : req.offset]}>"
         latency = (time.perf_counter() - started) * 1000
@@ -145,6 +149,7 @@ class FakeService:
                 "repo_name": req.repo_name,
                 "prompt_path": req.prompt_path,
                 "warms": ";".join(self.warms),
+                "automatic": req.automatic,
             },
         )
         result = CompletionResult(
@@ -154,7 +159,7 @@ class FakeService:
             scope="single_line",
             stats=stats,
             cancelled=cancelled,
-            stop_reason="eos",
+            stop_reason="deadline" if model == "early" and req.automatic else "eos",
         )
         self.records.append(result.record(req.doc_key))
         return result
@@ -162,6 +167,10 @@ class FakeService:
     def warm(self, req: CompletionRequest, cancel: threading.Event | None = None) -> int:
         self.warms.append(f"{req.doc_key}@{req.offset}")
         return len(req.text)
+
+    def finish_early_answer(self, req: CompletionRequest, cancel: threading.Event | None = None) -> int:
+        self.warms.append(f"finish:{req.doc_key}@{req.offset}")
+        return 1
 
     def update_config(self, config: FakeConfig) -> None:
         self.config = config

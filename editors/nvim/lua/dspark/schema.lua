@@ -13,6 +13,7 @@ return {
   { name = "kMax", type = "integer", default = 5, minimum = 1, maximum = 16, expected = "an integer in [1, 16]" },
   { name = "alternates", type = "integer", default = 3, minimum = 0, maximum = 8, expected = "an integer in [0, 8]" },
   { name = "maxNewTokens", type = "integer", default = 64, minimum = 1, maximum = 2048, expected = "an integer in [1, 2048]" },
+  { name = "quickAnswerMs", type = "integer", default = 200, minimum = 0, maximum = 60000, expected = "an integer in [0, 60000]" },
   { name = "contextWindow", type = "integer", default = 768, minimum = 32, maximum = 32768, expected = "an integer in [32, 32768]" },
   { name = "prefixShare", type = "number", default = 0.9, minimum = 0.1, maximum = 1, expected = "a number in [0.1, 1]" },
   { name = "contextBudget", type = "integer", default = 256, minimum = 0, maximum = 8192, expected = "an integer in [0, 8192]" },
