@@ -24,7 +24,7 @@ test("defaults match docs/ARCHITECTURE.md", () => {
   assert.deepEqual(problems, []);
   assert.deepEqual(settings, {
     enable: true, model: "default", draftModel: null, device: "auto", dtype: "auto", packWeights: "auto", threshold: 0.9,
-    kMin: 1, kMax: 5, alternates: 3, maxNewTokens: 64, contextWindow: 768, prefixShare: 0.9, contextBudget: 256,
+    kMin: 1, kMax: 5, alternates: 3, maxNewTokens: 64, quickAnswerMs: 200, contextWindow: 768, prefixShare: 0.9, contextBudget: 256,
     contextOpenFiles: false, contextDefinitions: true, contextDefinitionLanguages: "python,go", warmUp: true, relaxed: false,
     debounceMs: 150, multiline: "auto", backend: null,
   });
