@@ -42,8 +42,12 @@ class FeatTrainConfig:
     features: Path = Path("runs/feat-qwc05/features")
     target: str = ""  # target model directory: embeddings (inputs) and LM head rows (head init)
     corpus_file: Path = Path("runs/dspark-draft-qwc05/corpus.json")  # the reduced vocabulary
-    n_heads: int = 14
-    d_ff: int = 2432
+    # Where corpus_file does not exist yet: a shipped draft (directory or its vocab.json) whose reduced
+    # vocabulary to write there, so a draft for another target of the same tokenizer (the 1.5B) starts
+    # without the token draft's run (the corpus split then follows train-draft's defaults).
+    vocab_from: str = ""
+    n_heads: int = 0  # 0: from the target's hidden size (heads of 64: 14 for the 0.5B, 24 for the 1.5B)
+    d_ff: int = 0  # 0: from the target's hidden size (19/7 of it, a multiple of 64: 2 432 / 4 160)
     n_layers: int = 1
     unroll: int = 3
     batch_size: int = 4
@@ -82,9 +86,45 @@ def unroll_mask(n: int, s: int, device: torch.device | str = "cpu") -> torch.Ten
     return torch.cat(blocks, dim=1)[None, None].to(device)
 
 
+def target_dir(target: str) -> Path:
+    """The directory of ``target``: a prepared registry name (``qwen2.5-coder-1.5b``) or a directory."""
+    from dspark_lsp.models.loader import resolve_model
+
+    source = resolve_model(target)
+    if not isinstance(source, Path):
+        raise UserError(f"target {target!r} is neither a prepared model nor a directory")
+    return source
+
+
+def draft_shape(hidden: int, n_heads: int = 0, d_ff: int = 0) -> tuple[int, int]:
+    """(heads, d_ff) of a feature draft over features of size ``hidden``; 0 = derived: heads of 64
+    and a SwiGLU width of 19/7 the hidden size in multiples of 64 (the 0.5B's 896 -> 14, 2 432)."""
+    heads = n_heads or max(1, hidden // 64)
+    width = d_ff or max(64, round(hidden * 19 / 7 / 64) * 64)
+    if hidden % heads or (hidden // heads) % 2:
+        raise UserError(f"hidden size {hidden} does not split into {heads} heads of even size: pass --n-heads")
+    return heads, width
+
+
+def ensure_corpus_file(cfg: FeatTrainConfig) -> None:
+    """Write ``cfg.corpus_file`` from ``cfg.vocab_from`` (a shipped draft's reduced vocabulary) when it
+    does not exist yet."""
+    if cfg.corpus_file.is_file() or not cfg.vocab_from:
+        return
+    src = Path(cfg.vocab_from).expanduser()
+    src = src / "vocab.json" if src.is_dir() else src
+    if not src.is_file():
+        raise UserError(f"no vocab.json at {cfg.vocab_from}")
+    saved = json.loads(src.read_text())
+    cfg.corpus_file.parent.mkdir(parents=True, exist_ok=True)
+    cfg.corpus_file.write_text(json.dumps({"target_ids": saved["target_ids"],
+                                           "target_vocab_size": saved["target_vocab_size"],
+                                           "stats": {"vocabulary_from": str(src)}}))
+
+
 def load_target_tables(target: str, vocab: DraftVocab) -> tuple[torch.Tensor, torch.Tensor]:
     """(the target's full input embedding table, its LM head rows for the kept vocabulary)."""
-    path = Path(target).expanduser() / "model.safetensors"
+    path = target_dir(target) / "model.safetensors"
     if not path.is_file():
         raise UserError(f"no model.safetensors under {target}")
     with safe_open(str(path), "pt") as f:
@@ -195,7 +235,9 @@ def _online_rows(cfg: FeatTrainConfig, step: int) -> OnlineRows:
     target, _ = load_causal_lm(cfg.target, device=cfg.device, dtype=cfg.target_dtype, pack="off")
     target.requires_grad_(False)
     vocab = int(target.config.vocab_size)
-    draw = training_sampler(cfg.target, cfg.corpus_file, vocab, cfg.extra_share, cfg.run_dir)
+    # A registry name loads as itself (dtype gguf needs it: the registry knows the GGUF file); the
+    # tokenizer is read from its prepared directory.
+    draw = training_sampler(str(target_dir(cfg.target)), cfg.corpus_file, vocab, cfg.extra_share, cfg.run_dir)
     # A resumed run draws other samples than the run before it (its seed moves with the step).
     return OnlineRows(target, draw, cfg.seed * 100003 + step)
 
@@ -211,6 +253,7 @@ def run(cfg: FeatTrainConfig, online: OnlineRows | None = None) -> None:
     """Train (resuming from the run's checkpoint). ``online``: the source of fresh rows when
     ``cfg.online`` (built from ``cfg.target`` and the corpus when not given)."""
     torch.set_num_threads(cfg.threads)
+    ensure_corpus_file(cfg)
     vocab = _corpus_vocab(cfg)
     emb_table, head_rows = load_target_tables(cfg.target, vocab)
     model = _new_model(cfg, vocab, emb_table, head_rows)
@@ -228,7 +271,7 @@ def run(cfg: FeatTrainConfig, online: OnlineRows | None = None) -> None:
         loss, parts = _train_step(model, opt, emb_table, make_batch(rows, vocab), cfg, step)
         step += 1
         if step % cfg.log_every == 0:
-            _log_record(log, _train_record(cfg, step, loss, parts, online, shards))
+            _log_record(log, _train_record(cfg, step, loss, parts, online, shards) | {"elapsed_s": round(time.time() - t0, 1)})
         if step % cfg.eval_every == 0 and shards.val:
             _log_record(log, {"step": step, "val_acc": evaluate(model, emb_table, shards.val, vocab, cfg)})
         out_of_time = cfg.max_minutes and time.time() - t0 > cfg.max_minutes * 60
@@ -250,8 +293,9 @@ def _corpus_vocab(cfg: FeatTrainConfig) -> DraftVocab:
 
 def _new_model(cfg: FeatTrainConfig, vocab: DraftVocab, emb_table: torch.Tensor, head_rows: torch.Tensor) -> FeatDraft:
     """A fresh draft (seeded) sized to the target's embeddings, on ``cfg.device``."""
-    net_cfg = FeatDraftConfig(d_model=int(emb_table.shape[1]), n_heads=cfg.n_heads, d_ff=cfg.d_ff,
-                              n_layers=cfg.n_layers,
+    hidden = int(emb_table.shape[1])
+    heads, width = draft_shape(hidden, cfg.n_heads, cfg.d_ff)
+    net_cfg = FeatDraftConfig(d_model=hidden, n_heads=heads, d_ff=width, n_layers=cfg.n_layers,
                               vocab_size=vocab.size, target_vocab_size=vocab.target_vocab_size)
     torch.manual_seed(cfg.seed)
     model = FeatDraft(net_cfg)
