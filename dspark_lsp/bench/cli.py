@@ -93,6 +93,15 @@ def _add_lsp_arguments(p: argparse.ArgumentParser) -> None:
         help="--lsp: the quickAnswerMs setting (0: every answer whole; default: the server's)",
     )
     p.add_argument(
+        "--lsp-mid-file", action="store_true",
+        help="--lsp: the rest of the file stays after the cursor (the typed passage is cut out first): "
+        "editing in the middle of a file rather than at its end",
+    )
+    p.add_argument(
+        "--lsp-fim-order", choices=["psm", "spm"], default=None,
+        help="--lsp: the fimOrder setting (default: the server's)",
+    )
+    p.add_argument(
         "--lsp-first-after", type=float, default=None, metavar="S",
         help="--lsp: S seconds after opening the file (its background warm-up), ask once: the first completion",
     )

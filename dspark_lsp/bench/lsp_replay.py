@@ -39,6 +39,10 @@ class ReplayConfig:
         default_factory=lambda: [sys.executable, "-m", "dspark_lsp.lsp", "--stdio"]
     )
     start_fraction: float = 0.5  # share of the file already written when the replay starts
+    # True: the rest of the file (past the typed passage) stays after the cursor, as when editing mid-file;
+    # False: the document ends at the cursor. What follows the cursor decides how much of a prefix-first
+    # FIM prompt changes per keystroke.
+    keep_after: bool = False
     max_chars: int = 300  # characters typed (the replay's length)
     chars_per_second: float = 8.0  # a steady typist; intervals jitter +-50 %
     line_pause_s: tuple[float, float] = (1.0, 3.0)  # pause at a line end (reading, thinking)
@@ -237,7 +241,9 @@ def run_replay(cfg: ReplayConfig, *, label: str = "replay") -> ReplayReport:
     """Type the file into the server and report latency, cancellations and memory."""
     source = _read_source(cfg.file)
     plan = typing_plan(source, cfg)
-    text = source[: int(len(source) * cfg.start_fraction)]
+    start = int(len(source) * cfg.start_fraction)
+    text = source[:start]
+    after = source[start + cfg.max_chars :] if cfg.keep_after else ""
     from dspark_lsp.syntax import detect_language
 
     language = detect_language(str(cfg.file), None) or "plaintext"
@@ -250,8 +256,8 @@ def run_replay(cfg: ReplayConfig, *, label: str = "replay") -> ReplayReport:
             _churn_documents(client, cfg, source, language)
         for path in cfg.open_files:
             _open(client, path.resolve().as_uri(), _read_source(path), detect_language(str(path), None) or language)
-        doc = _Typed(cfg.file.resolve().as_uri(), text)
-        _open(client, doc.uri, text, language)
+        doc = _Typed(cfg.file.resolve().as_uri(), text)  # the cursor: the end of ``text``
+        _open(client, doc.uri, text + after, language)
         if cfg.first_after_s is not None:
             time.sleep(cfg.first_after_s)
             t0 = time.monotonic()
@@ -537,6 +543,8 @@ def server_settings(args: Any) -> dict[str, Any]:
         settings["prefixShare"] = args.prefix_share
     if getattr(args, "lsp_quick_ms", None) is not None:
         settings["quickAnswerMs"] = args.lsp_quick_ms
+    if getattr(args, "lsp_fim_order", None) is not None:
+        settings["fimOrder"] = args.lsp_fim_order
     sources = getattr(args, "lsp_sources", None)
     if sources is not None:
         settings.update(context_sources(sources))

@@ -477,7 +477,7 @@ def _run_lsp(args: argparse.Namespace) -> int:
     cfg = ReplayConfig(
         file=file, settings=settings, max_chars=args.lsp_chars, seed=args.seed, extra_documents=args.lsp_documents,
         open_files=tuple(siblings[: args.lsp_open]), workspace=file.parent if args.lsp_open > 0 else None,
-        first_after_s=args.lsp_first_after,
+        first_after_s=args.lsp_first_after, keep_after=args.lsp_mid_file,
     )
     report: dict[str, Any] = compare_reuse(cfg) if not args.lsp_no_compare else asdict(run_replay(cfg))
     report["file"] = str(file)

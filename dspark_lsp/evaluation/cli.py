@@ -70,6 +70,10 @@ def _add_decoding_arguments(p: argparse.ArgumentParser) -> None:
         "--prefix-share", type=float, default=None,
         help="share of the prompt budget before the cursor (default: the server's prefixShare)",
     )
+    p.add_argument(
+        "--fim-order", choices=["psm", "spm"], default=None,
+        help="the FIM arrangement: prefix-suffix-middle or suffix first (default: the server's fimOrder)",
+    )
     p.add_argument("--multiline", choices=["auto", "always", "never"], default="auto")
     p.add_argument("--raw-max-tokens", type=int, default=128, help="budget of the raw-output ceiling")
     p.add_argument("--no-ceilings", action="store_true", help="skip the raw output and the oracle cut")
@@ -207,6 +211,8 @@ def _service_config(args: argparse.Namespace) -> Any:
         cfg.context_budget = args.context_budget
     if args.prefix_share is not None:
         cfg.prefix_share = args.prefix_share
+    if getattr(args, "fim_order", None) is not None:
+        cfg.fim_order = args.fim_order
     errs = cfg.problems()
     if errs:
         raise UserError("; ".join(errs))

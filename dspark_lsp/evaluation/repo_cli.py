@@ -45,6 +45,8 @@ def _service(args: argparse.Namespace) -> Any:
     )  # fmt: skip
     if args.prefix_share is not None:  # the variants set the window and budget, not how it is split
         cfg.prefix_share = args.prefix_share
+    if getattr(args, "fim_order", None) is not None:
+        cfg.fim_order = args.fim_order
     errs = cfg.problems()
     if errs:
         raise UserError("; ".join(errs))

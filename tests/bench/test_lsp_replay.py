@@ -181,3 +181,39 @@ def test_the_offline_bench_keeps_its_published_prompt_window(monkeypatch: pytest
     with pytest.raises(SystemExit):
         run.run_bench(args)
     assert seen == [(run.BENCH_WINDOW, run.BENCH_PREFIX_SHARE)] == [(256, 0.75)]
+
+
+@pytest.mark.timeout(60)
+def test_a_mid_file_replay_keeps_the_rest_of_the_file_after_the_cursor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--lsp-mid-file: the typed passage is cut out and typed back, so every request sees the file's text
+    before the cursor as typed so far and the rest of the file, unchanged, after it."""
+    seen: list[dict[str, object]] = []
+    original = lsp_replay._report
+
+    def capture(label: str, stats: dict, typed: int, wall: float):  # type: ignore[no-untyped-def]
+        seen.extend(stats["service"])
+        return original(label, stats, typed, wall)
+
+    monkeypatch.setattr(lsp_replay, "_report", capture)
+    cfg = config(tmp_path, keep_after=True, max_chars=40)
+    start = int(len(SOURCE) * cfg.start_fraction)
+    after = SOURCE[start + 40 :]
+    assert after  # the fixture leaves text past the passage
+    run_replay(cfg)
+    assert seen
+    for record in seen:
+        offset = int(record["offset"])  # type: ignore[call-overload]
+        assert record["text_len"] == offset + len(after)
+        assert record["tail"] == SOURCE[offset - 2 : offset]
+
+
+def test_fim_order_and_mid_file_flags_reach_the_replay() -> None:
+    from dspark_lsp.bench.lsp_replay import server_settings
+    from dspark_lsp.cli import build_parser
+
+    plain = build_parser().parse_args(["bench", "--lsp"])
+    assert "fimOrder" not in server_settings(plain) and plain.lsp_mid_file is False
+    told = build_parser().parse_args(["bench", "--lsp", "--lsp-fim-order", "spm", "--lsp-mid-file"])
+    assert server_settings(told)["fimOrder"] == "spm" and told.lsp_mid_file is True

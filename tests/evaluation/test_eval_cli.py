@@ -205,3 +205,12 @@ def test_partial_reports_carry_their_settings(
     assert first["settings"]["service"]["context_window"] == 768  # the server's default
     assert first["settings"]["service"]["prefix_share"] == 0.8  # --prefix-share reached the service
     assert not written[-1]["settings"].get("partial")
+
+
+def test_fim_order_flag_sets_the_services_arrangement() -> None:
+    from dspark_lsp.cli import build_parser
+    from dspark_lsp.evaluation.cli import _service_config
+    from dspark_lsp.service import ServiceConfig
+
+    assert _service_config(build_parser().parse_args(["eval"])).fim_order == ServiceConfig().fim_order
+    assert _service_config(build_parser().parse_args(["eval", "--fim-order", "spm"])).fim_order == "spm"
