@@ -105,6 +105,11 @@ def _add_lsp_arguments(p: argparse.ArgumentParser) -> None:
         "--lsp-first-after", type=float, default=None, metavar="S",
         help="--lsp: S seconds after opening the file (its background warm-up), ask once: the first completion",
     )
+    _add_backend_and_soak_arguments(p)
+
+
+def _add_backend_and_soak_arguments(p: argparse.ArgumentParser) -> None:
+    """--lsp through a remote backend, and the --lsp soak."""
     p.add_argument(
         "--backend-url",
         default=None,
