@@ -258,6 +258,9 @@ def run_replay(cfg: ReplayConfig, *, label: str = "replay") -> ReplayReport:
             _open(client, path.resolve().as_uri(), _read_source(path), detect_language(str(path), None) or language)
         doc = _Typed(cfg.file.resolve().as_uri(), text)  # the cursor: the end of ``text``
         _open(client, doc.uri, text + after, language)
+        # Where the cursor rests, as our VS Code and Neovim clients tell the server (its warm-up spot).
+        client.notify("dspark/cursor", {"textDocument": {"uri": doc.uri},
+                                        "position": {"line": doc.line, "character": doc.col}})
         if cfg.first_after_s is not None:
             time.sleep(cfg.first_after_s)
             t0 = time.monotonic()

@@ -217,3 +217,27 @@ def test_fim_order_and_mid_file_flags_reach_the_replay() -> None:
     assert "fimOrder" not in server_settings(plain) and plain.lsp_mid_file is False
     told = build_parser().parse_args(["bench", "--lsp", "--lsp-fim-order", "spm", "--lsp-mid-file"])
     assert server_settings(told)["fimOrder"] == "spm" and told.lsp_mid_file is True
+
+
+@pytest.mark.timeout(60)
+def test_the_replay_tells_the_server_where_the_cursor_rests_after_opening(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As our editor clients do (dspark/cursor): the background warm-up then prefills the prompt at the
+    cursor, not at the document's end, which matters once text follows the cursor (--lsp-mid-file)."""
+    sent: list[tuple[str, Any]] = []
+    original = lsp_replay.StdioClient.notify
+
+    def capture(self: Any, method: str, params: Any) -> None:
+        sent.append((method, params))
+        original(self, method, params)
+
+    monkeypatch.setattr(lsp_replay.StdioClient, "notify", capture)
+    cfg = config(tmp_path, keep_after=True, max_chars=40)
+    run_replay(cfg)
+    methods = [m for m, _ in sent]
+    opened = methods.index("textDocument/didOpen")
+    assert methods[opened + 1] == "dspark/cursor"
+    before = SOURCE[: int(len(SOURCE) * cfg.start_fraction)]
+    position = sent[opened + 1][1]["position"]
+    assert position == {"line": before.count("\n"), "character": lsp_replay._utf16_len(before.split("\n")[-1])}
