@@ -11,7 +11,7 @@ import time
 
 from dspark_lsp.bench.prompts import find_humaneval_dir
 from dspark_lsp.contract import CompletionRequest
-from dspark_lsp.evaluation.problems import load_problems
+from dspark_lsp.evaluation.problems import Problem, load_problems
 from dspark_lsp.service import CompletionService, ServiceConfig
 
 
@@ -21,7 +21,7 @@ def main() -> None:
     service = CompletionService.load(ServiceConfig(model=model, quick_answer_ms=1))
     same = early_n = 0
     for i, p in enumerate(problems):
-        def req(key: str, typed: str = "", automatic: bool = True) -> CompletionRequest:
+        def req(key: str, typed: str = "", automatic: bool = True, p: Problem = p) -> CompletionRequest:
             text = p.text[: p.offset] + typed + p.text[p.offset:]
             return CompletionRequest(text, p.offset + len(typed), language_id="python", path="x.py",
                                      doc_key=key, automatic=automatic)
