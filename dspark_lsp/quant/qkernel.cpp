@@ -1597,9 +1597,9 @@ at::Tensor qmm(const at::Tensor& x_in, int64_t kind, const at::Tensor& codes, co
   for (int64_t n0 = 0; n0 < N; n0 += tile) {
     const int64_t t = std::min(tile, N - n0);
     if (lowp) {
-      // Straight to bf16: each thread rebuilds 8 rows in an fp32 scratch that stays in its cache and
-      // rounds them into the bf16 tile at once; the fp32 tile (4 bytes a weight written, read back,
-      // then 2 written) was most of a prefill slice's cost once the GEMM ran on AMX.
+      // Straight to bf16 (expand_tile_bf16, the path set_prefill_rebuild chose): no fp32 tile (4 bytes a
+      // weight written, read back, then 2 written), which was most of a prefill slice's cost once the
+      // GEMM ran on AMX.
       expand_tile_bf16(m, n0, t, K, reinterpret_cast<uint16_t*>(wb.data_ptr()));
       at::Tensor wsub = wb.narrow(0, 0, t);
       at::Tensor osub = ob.narrow(0, 0, M * t).view({M, t});

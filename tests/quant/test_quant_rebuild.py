@@ -124,7 +124,7 @@ def test_the_data_tells_the_right_rounding_from_near_misses(qtype: T) -> None:
     assert (_bits(away) != want).any()
 
 
-@pytest.mark.parametrize("qtype", [T.Q4_K, T.Q6_K, T.Q8_0, T.Q4_0])
+@pytest.mark.parametrize("qtype", [T.Q4_K, T.Q6_K, T.Q8_0, T.Q4_0], ids=lambda t: t.name)
 def test_a_tile_from_the_middle_of_a_matrix(rebuild_path: None, qtype: T) -> None:
     """Rows n0 .. n0 + t (a prefill tile after the first) are those rows, for every path."""
     p = _layouts(qtype, 296)["compact" if qtype in K_QUANTS else "half" if qtype != T.Q4_0 else "panels"]
@@ -134,7 +134,7 @@ def test_a_tile_from_the_middle_of_a_matrix(rebuild_path: None, qtype: T) -> Non
         assert torch.equal(_bits(_rebuilt(p, path, n0=64, rows=136)), want)
 
 
-@pytest.mark.parametrize("qtype", [T.Q4_K, T.Q6_K, T.Q5_0])
+@pytest.mark.parametrize("qtype", [T.Q4_K, T.Q6_K, T.Q5_0], ids=lambda t: t.name)
 def test_prefill_products_are_the_same_on_every_path(rebuild_path: None, qtype: T) -> None:
     """What the prefill computes from the tile: the same output bits whichever path rebuilt it."""
     before = torch.ops.dspark_q.prefill_bf16()
