@@ -110,6 +110,19 @@ def apply_act8(on: bool | None = None) -> bool:
     return bool(torch.ops.dspark_q.set_act8(want))
 
 
+# How the bf16 prefill rebuilds its weight tiles (qkernel.cpp, "Fast bf16 rebuild of panels"): "fast" (AVX-512
+# VBMI and BF16), "rows" (the 8-lane rebuild it replaced), "scratch" (fp32 rows rounded by c10, what a CPU
+# without AVX512-BF16 runs). The same bits on every path; the switch is for A/B timings and tests.
+REBUILD_PATHS = ("fast", "rows", "scratch")
+
+
+def set_rebuild_path(path: str) -> str:
+    """Select the prefill rebuild path; returns the one in effect (the next one down where the kernel build
+    lacks the one asked for). Process-wide, like the bf16 prefill switch."""
+    got = int(torch.ops.dspark_q.set_prefill_rebuild(REBUILD_PATHS.index(path)))
+    return REBUILD_PATHS[got]
+
+
 def kernel_layout(packed: Packed, compact: bool | None = None, six: bool | None = None,
                   half: bool | None = None) -> Packed:
     """``packed`` as the few-row products run it fastest: in panels of 8 rows where it can be, K-quants
@@ -126,7 +139,8 @@ def kernel_layout(packed: Packed, compact: bool | None = None, six: bool | None 
     return packed
 
 
-def _tensors(p: Packed) -> dict[str, torch.Tensor]:
+def kernel_tensors(p: Packed) -> dict[str, torch.Tensor]:
+    """The kernel's operands of ``p``: codes, scale and off as tensors over the same memory."""
     return {
         # from_numpy shares the arrays' memory: the parsers made them fresh (never views of the file).
         "codes": torch.from_numpy(np.ascontiguousarray(p.codes).reshape(-1)),
@@ -141,7 +155,7 @@ class _QuantWeights(nn.Module):
         self.kind = packed.kind
         self.shift = packed.shift
         self.source_type = packed.source_type
-        for name, t in _tensors(packed).items():
+        for name, t in kernel_tensors(packed).items():
             self.register_buffer(name, t, persistent=False)
 
     def _args(self) -> tuple[object, ...]:
@@ -203,7 +217,7 @@ class QuantEmbedding(nn.Module):
         self.rows = rows
         if packed is not None:
             self.kind, self.shift, self.source_type = packed.kind, packed.shift, packed.source_type
-            for name, t in _tensors(packed).items():
+            for name, t in kernel_tensors(packed).items():
                 self.register_buffer(name, t, persistent=False)
             self.num_embeddings, self.embedding_dim = packed.n, packed.k
         else:

@@ -1090,6 +1090,171 @@ inline void expand_panel(const Mat& m, int64_t P, T* w, int64_t ldw, int only = 
   DSPARK_DISPATCH_PANEL(expand_panel_t, m, m, P, w, ldw, only);
 }
 inline void expand_row(const Mat& m, int64_t row, float* w) { DSPARK_DISPATCH(expand_row_t, m, m, row, w); }
+
+#if defined(DSPARK_BF16_STORE) && defined(__AVX512BW__) && defined(__AVX512VBMI__)
+#define DSPARK_REBUILD512 1
+// ---------------------------------------------------------------------------------------------------
+// Fast bf16 rebuild of panels (the bf16 prefill's tiles; AVX-512 with VBMI and BF16). expand_panel_t
+// above works in 8 lanes: it puts a group's codes in row order with 128-bit unpacks, widens each row's
+// codes in four steps and rounds 8 values an instruction. With the bf16 GEMM on AMX (1.5-2 TFLOP/s on
+// two cores) that rebuild was ~160 ms of every prefill slice of the 1.5B, paid whatever the slice's length.
+// Here a group's 8 x 32 codes reach row order in eight permutes across 64-byte registers (two-source byte
+// permutes, then qword permutes), each row's 32 weights are built in two 16-lane registers and rounded
+// by one vcvtne2ps2bf16 into one 64-byte store, and the codes a few groups ahead are prefetched.
+// Bit for bit the same as expand_panel_t: the same fp32 scales (the same products d * sc, dmin * m, or the
+// stored scales), then scale * fp32(code - shift) and + offset, each rounded on its own (no fma: the
+// build has -ffp-contract=off and nothing here asks for one), then round to nearest even into bf16 as
+// vcvtneps2bf16 does. tests/quant/test_quant_rebuild.py holds every path to torch's own conversion.
+
+// Permute indices, built once. Level 1 takes, from two 64-byte blocks of a group's codes, 16 inputs of
+// 4 rows (x: rows 0-3, rows 4-7); level 2 joins a row's inputs 0-15 and 16-31 (qwords of the two level-1
+// results) so that one register holds two whole rows, 32 codes each.
+struct RebuildIdx {
+  __m512i b8[2];  // layout 8: block bytes 16p + 2i + e hold input 2p + e of row i (p < 4: this block's)
+  __m512i b4[2];  // layout 4: from (low nibbles, high nibbles) of a block: byte 16q + 2i + e holds
+                  // input 4q + e (low) and 4q + 2 + e (high) of row i
+  __m512i rows[2];  // level 2: rows (0, 1) and (2, 3) of a level-1 pair
+};
+
+inline const RebuildIdx& rebuild_idx() {
+  static const RebuildIdx idx = [] {
+    alignas(64) uint8_t b8[2][64], b4[2][64];
+    alignas(64) const int64_t q[2][8] = {{0, 1, 8, 9, 2, 3, 10, 11}, {4, 5, 12, 13, 6, 7, 14, 15}};
+    for (int h = 0; h < 2; ++h)
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 16; ++j) {  // output byte 16i + j: input j of row 4h + i
+          const int row = 4 * h + i;
+          b8[h][16 * i + j] = static_cast<uint8_t>(16 * (j >> 1) + 2 * row + (j & 1));
+          b4[h][16 * i + j] = static_cast<uint8_t>(64 * ((j & 3) >> 1) + 16 * (j >> 2) + 2 * row + (j & 1));
+        }
+    RebuildIdx r{};
+    for (int h = 0; h < 2; ++h) {
+      r.b8[h] = _mm512_load_si512(b8[h]);
+      r.b4[h] = _mm512_load_si512(b4[h]);
+      r.rows[h] = _mm512_load_si512(q[h]);
+    }
+    return r;
+  }();
+  return idx;
+}
+
+// A panel group's codes (minus the zero point) in row order as int8: z[k] holds row 2k (bytes 0-31) and
+// row 2k + 1 (bytes 32-63), inputs in order.
+template <int L>
+inline void group_codes(const char* cp, int32_t shift, const RebuildIdx& ix, __m512i (&z)[4]) {
+  __m512i x[2], y[2];  // x: inputs 0-15, y: inputs 16-31; [0] rows 0-3, [1] rows 4-7
+  if (L == 8) {
+    const __m512i a0 = _mm512_loadu_si512(cp), a1 = _mm512_loadu_si512(cp + 64);
+    const __m512i a2 = _mm512_loadu_si512(cp + 128), a3 = _mm512_loadu_si512(cp + 192);
+    for (int h = 0; h < 2; ++h) {
+      x[h] = _mm512_permutex2var_epi8(a0, ix.b8[h], a1);
+      y[h] = _mm512_permutex2var_epi8(a2, ix.b8[h], a3);
+    }
+  } else {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i b0 = _mm512_loadu_si512(cp), b1 = _mm512_loadu_si512(cp + 64);
+    const __m512i l0 = _mm512_and_si512(b0, m4), h0 = _mm512_and_si512(_mm512_srli_epi16(b0, 4), m4);
+    const __m512i l1 = _mm512_and_si512(b1, m4), h1 = _mm512_and_si512(_mm512_srli_epi16(b1, 4), m4);
+    for (int h = 0; h < 2; ++h) {
+      x[h] = _mm512_permutex2var_epi8(l0, ix.b4[h], h0);
+      y[h] = _mm512_permutex2var_epi8(l1, ix.b4[h], h1);
+    }
+  }
+  for (int h = 0; h < 2; ++h) {
+    z[2 * h] = _mm512_permutex2var_epi64(x[h], ix.rows[0], y[h]);
+    z[2 * h + 1] = _mm512_permutex2var_epi64(x[h], ix.rows[1], y[h]);
+  }
+  if (L == 4 && shift != 0) {  // Q4_0's zero point; codes 0..15 minus 8 fit a signed byte
+    const __m512i sh = _mm512_set1_epi8(static_cast<char>(shift));
+    for (int k = 0; k < 4; ++k) z[k] = _mm512_sub_epi8(z[k], sh);
+  }
+}
+
+// The 8 rows' fp32 scales of a group (s0: inputs 0-15, s1: 16-31) and offsets, exactly expand_panel_t's.
+struct GroupFactors {
+  alignas(32) float s0[8];
+  alignas(32) float s1[8];
+  alignas(32) float o[8];
+};
+
+template <bool OFF, bool TWO, bool CS>
+inline void group_factors(const Mat& m, int64_t P, int64_t g, const int8_t* ax, GroupFactors& f) {
+  constexpr int U = TWO ? 2 : 1;
+  const int64_t pg = P * m.G + g;
+  if (CS) {  // the reference's products d * sc (and dmin * m, negated: weight = d*sc*q - dmin*m)
+    const int64_t sb = (P * m.S + g / 8) * 8;
+    _mm256_store_ps(f.s0, compact_scales(m.scale + sb, ax));
+    if (TWO) _mm256_store_ps(f.s1, compact_scales(m.scale + sb, ax + 8));
+    if (OFF) _mm256_store_ps(f.o, _mm256_xor_ps(compact_scales(m.off + sb, ax + 8), _mm256_set1_ps(-0.0f)));
+  } else {
+    _mm256_store_ps(f.s0, panel_scales(m, pg * U * 8));
+    if (TWO) _mm256_store_ps(f.s1, panel_scales(m, (pg * U + 1) * 8));
+    if (OFF) _mm256_store_ps(f.o, _mm256_loadu_ps(m.off + pg * 8));
+  }
+}
+
+// Row i's 32 weights as bf16 from its codes (inputs 0-15 in lo, 16-31 in hi, as int8).
+template <bool OFF, bool TWO>
+inline __m512i row_bf16(__m128i lo, __m128i hi, const GroupFactors& f, int i) {
+  const __m512 a = _mm512_set1_ps(f.s0[i]);
+  const __m512 b = TWO ? _mm512_set1_ps(f.s1[i]) : a;
+  __m512 w0 = _mm512_mul_ps(a, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lo)));
+  __m512 w1 = _mm512_mul_ps(b, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi)));
+  if (OFF) {
+    const __m512 o = _mm512_set1_ps(f.o[i]);
+    w0 = _mm512_add_ps(w0, o);
+    w1 = _mm512_add_ps(w1, o);
+  }
+  const __m512bh v = _mm512_cvtne2ps_pbh(w1, w0);  // lanes 0-15 from w0, 16-31 from w1
+  return reinterpret_cast<const __m512i&>(v);
+}
+
+#ifndef DSPARK_REBUILD_PF
+#define DSPARK_REBUILD_PF 1024  // bytes ahead in the code stream (4-7 groups)
+#endif
+
+// Panels [p0, p1) as bf16 rows, panel p0's first row at w (ldw apart, as expand_panel writes them).
+template <int L, bool OFF, bool TWO, bool CS>
+void rebuild_panels_t(const Mat& m, int64_t p0, int64_t p1, uint16_t* w, int64_t ldw) {
+  static_assert(L == 4 || L == 8, "6-bit panels take expand_panel_t");
+  constexpr int64_t GC = L == 8 ? 256 : 128;
+  constexpr int64_t GB = GC + (CS ? 16 : 0);
+  const char* base = L == 8 ? reinterpret_cast<const char*>(m.q8) : reinterpret_cast<const char*>(m.nib);
+  const RebuildIdx& ix = rebuild_idx();
+  for (int64_t P = p0; P < p1; ++P) {
+    uint16_t* wp = w + (P - p0) * 8 * ldw;
+    for (int64_t g = 0; g < m.G; ++g) {
+      const char* cp = base + (P * m.G + g) * GB;
+      // panels are contiguous, so "ahead" runs on into the next panel's groups
+#pragma GCC unroll 8
+      for (int64_t o = 0; o < GB; o += 64) _mm_prefetch(cp + DSPARK_REBUILD_PF + o, _MM_HINT_T0);
+      GroupFactors f;
+      group_factors<OFF, TWO, CS>(m, P, g, reinterpret_cast<const int8_t*>(cp + GC), f);
+      __m512i z[4];
+      group_codes<L>(cp, m.shift, ix, z);
+      uint16_t* d = wp + g * 32;
+      for (int k = 0; k < 4; ++k) {
+        const __m512i r0 = row_bf16<OFF, TWO>(_mm512_castsi512_si128(z[k]), _mm512_extracti32x4_epi32(z[k], 1), f, 2 * k);
+        const __m512i r1 = row_bf16<OFF, TWO>(_mm512_extracti32x4_epi32(z[k], 2), _mm512_extracti32x4_epi32(z[k], 3), f,
+                                              2 * k + 1);
+        _mm512_storeu_si512(d + 2 * k * ldw, r0);
+        _mm512_storeu_si512(d + (2 * k + 1) * ldw, r1);
+      }
+    }
+  }
+}
+
+// Layouts 4 and 8; 6-bit panels (kind 16, off by default) keep expand_panel.
+inline void rebuild_panels(const Mat& m, int64_t p0, int64_t p1, uint16_t* w, int64_t ldw) {
+  if (m.layout == 6) {
+    for (int64_t P = p0; P < p1; ++P) expand_panel(m, P, w + (P - p0) * 8 * ldw, ldw);
+  } else if (m.layout == 4) {
+    DSPARK_DISPATCH_PANEL_L(rebuild_panels_t, 4, m, m, p0, p1, w, ldw);
+  } else {
+    DSPARK_DISPATCH_PANEL_L(rebuild_panels_t, 8, m, m, p0, p1, w, ldw);
+  }
+}
+#endif  // fast bf16 rebuild
 #else
 inline void expand_row(const Mat& m, int64_t row, float* w) {
   for (int64_t g = 0; g < m.G; ++g) expand_group(m, row * m.G + g, w + g * 32);
@@ -1206,12 +1371,34 @@ at::Tensor kept_buffer(int slot, int64_t elems, at::ScalarType dtype) {
 
 float* prefill_tile(int64_t elems) { return kept_buffer(0, elems, at::kFloat).data_ptr<float>(); }
 
+// How the bf16 prefill rebuilds its weight tiles (set_prefill_rebuild; process-wide). All three give the
+// same bits; the switch exists so that tests can hold each to the others and timings can compare them in
+// one process. What a build lacks falls back to the next path (rebuild_path_available).
+enum RebuildPath : int {
+  kRebuildFast = 0,     // rebuild_panels: 16 lanes, a row's 32 weights per conversion (AVX-512 VBMI, BF16)
+  kRebuildRows = 1,     // expand_panel<uint16_t>: 8 lanes, rounded as written (AVX512-BF16)
+  kRebuildScratch = 2,  // fp32 rows in a per-thread scratch, then rounded one value at a time (any CPU)
+};
+
+int rebuild_path_available(int path) {
+#ifndef DSPARK_REBUILD512
+  if (path == kRebuildFast) path = kRebuildRows;
+#endif
+#ifndef DSPARK_BF16_STORE
+  if (path == kRebuildRows) path = kRebuildScratch;
+#endif
+  return path;
+}
+
+std::atomic<int> g_rebuild{rebuild_path_available(kRebuildFast)};
+
 // fp32 -> bf16, round to nearest even (what at::Tensor::copy_ does, so the prefill's weights keep the
-// bits they had when the whole fp32 tile was converted at once).
-inline void to_bf16(const float* src, uint16_t* dst, int64_t n) {
+// bits they had when the whole fp32 tile was converted at once). `native`: vcvtneps2bf16 where the build
+// has it; else c10's scalar rounding, what a CPU without AVX512-BF16 runs.
+inline void to_bf16(const float* src, uint16_t* dst, int64_t n, bool native) {
   int64_t i = 0;
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
-  for (; i + 16 <= n; i += 16) {
+  for (; native && i + 16 <= n; i += 16) {
     const __m256bh v = _mm512_cvtneps_pbh(_mm512_loadu_ps(src + i));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), reinterpret_cast<const __m256i&>(v));
   }
@@ -1219,33 +1406,48 @@ inline void to_bf16(const float* src, uint16_t* dst, int64_t n) {
   for (; i < n; ++i) dst[i] = c10::BFloat16(src[i]).x;
 }
 
-// Rows [n0, n0 + t) of the matrix as bf16 at dst (row-major, K a row): a panel's 8 rows rounded as they
-// are rebuilt where the CPU converts to bf16 natively; else (and row-major matrices) 8 rows or one row at a
-// time into a per-thread fp32 scratch, then rounded.
-void expand_tile_bf16(const Mat& m, int64_t n0, int64_t t, int64_t K, uint16_t* dst) {
+// Panels [a, b) of a tile (panel a's first row at dst) by the given path.
+void panels_bf16(const Mat& m, int64_t P0, int64_t a, int64_t b, int64_t K, uint16_t* dst, int path) {
 #ifdef DSPARK_AVX2
-  if (m.panel) {
-    at::parallel_for(0, t / 8, 1, [&](int64_t a, int64_t b) {
-#ifdef DSPARK_BF16_STORE
-      for (int64_t i = a; i < b; ++i) expand_panel(m, n0 / 8 + i, dst + i * 8 * K, K);
-#else
-      thread_local std::vector<float> scratch;
-      scratch.resize(static_cast<size_t>(8 * K));
-      for (int64_t i = a; i < b; ++i) {
-        expand_panel(m, n0 / 8 + i, scratch.data(), K);
-        to_bf16(scratch.data(), dst + i * 8 * K, 8 * K);
-      }
-#endif
-    });
+#ifdef DSPARK_REBUILD512
+  if (path == kRebuildFast) {
+    rebuild_panels(m, P0 + a, P0 + b, dst + a * 8 * K, K);
     return;
   }
 #endif
+#ifdef DSPARK_BF16_STORE
+  if (path == kRebuildRows) {
+    for (int64_t i = a; i < b; ++i) expand_panel(m, P0 + i, dst + i * 8 * K, K);
+    return;
+  }
+#endif
+  // each thread rebuilds 8 rows in an fp32 scratch that stays in its cache and rounds them at once
+  thread_local std::vector<float> scratch;
+  scratch.resize(static_cast<size_t>(8 * K));
+  for (int64_t i = a; i < b; ++i) {
+    expand_panel(m, P0 + i, scratch.data(), K);
+    to_bf16(scratch.data(), dst + i * 8 * K, 8 * K, path != kRebuildScratch);
+  }
+#else
+  (void)m, (void)P0, (void)a, (void)b, (void)K, (void)dst, (void)path;
+  TORCH_CHECK(false, "panels need AVX2");
+#endif
+}
+
+// Rows [n0, n0 + t) of the matrix as bf16 at dst (row-major, K a row), by the process-wide rebuild path:
+// panels as panels_bf16 says; row-major matrices one row at a time through a per-thread fp32 scratch.
+void expand_tile_bf16(const Mat& m, int64_t n0, int64_t t, int64_t K, uint16_t* dst) {
+  const int path = g_rebuild.load(std::memory_order_relaxed);
+  if (m.panel) {
+    at::parallel_for(0, t / 8, 1, [&](int64_t a, int64_t b) { panels_bf16(m, n0 / 8, a, b, K, dst, path); });
+    return;
+  }
   at::parallel_for(0, t, 8, [&](int64_t a, int64_t b) {
     thread_local std::vector<float> scratch;
     scratch.resize(static_cast<size_t>(K));
     for (int64_t i = a; i < b; ++i) {
       expand_row(m, n0 + i, scratch.data());
-      to_bf16(scratch.data(), dst + i * K, K);
+      to_bf16(scratch.data(), dst + i * K, K, path != kRebuildScratch);
     }
   });
 }
@@ -1263,6 +1465,28 @@ namespace dspark {
 
 void set_prefill_bf16(bool on) { g_prefill_bf16.store(on); }
 bool prefill_bf16() { return g_prefill_bf16.load(); }
+
+// The bf16 prefill's rebuild path (RebuildPath: 0 fast, 1 rows, 2 scratch); returns the one in effect,
+// which is the next one down where this build lacks the path asked for.
+int64_t set_prefill_rebuild(int64_t path) {
+  TORCH_CHECK(path >= kRebuildFast && path <= kRebuildScratch, "unknown rebuild path ", path);
+  g_rebuild.store(rebuild_path_available(static_cast<int>(path)));
+  return g_rebuild.load();
+}
+int64_t prefill_rebuild() { return g_rebuild.load(); }
+
+// Rows [n0, n0 + out.size(0)) of the matrix rebuilt as bf16 into `out` ([rows, K], contiguous) by the
+// current rebuild path, exactly as a bf16 prefill product rebuilds its tile: for tests (every path
+// against torch's conversion of the file's values) and for timing the rebuild alone.
+void rebuild_bf16(const at::Tensor& out, int64_t kind, const at::Tensor& codes, const at::Tensor& scale,
+                  const at::Tensor& off, int64_t shift, int64_t n0) {
+  TORCH_CHECK(out.dim() == 2 && out.scalar_type() == at::kBFloat16 && out.is_contiguous(), "out must be [rows, K] bf16");
+  const int64_t t = out.size(0), K = out.size(1), N = scale.size(0);
+  const Mat m = make_mat(kind, codes, scale, off, K, shift);
+  TORCH_CHECK(n0 >= 0 && n0 + t <= N, "rows ", n0, "..", n0 + t, " out of ", N);
+  TORCH_CHECK(!m.panel || (n0 % 8 == 0 && t % 8 == 0), "panel matrices rebuild whole panels");
+  expand_tile_bf16(m, n0, t, K, reinterpret_cast<uint16_t*>(out.data_ptr()));
+}
 
 // Whether this build has the int8-activation products (AVX512-VNNI, -VL and -VBMI).
 bool act8_available() {
@@ -1373,9 +1597,9 @@ at::Tensor qmm(const at::Tensor& x_in, int64_t kind, const at::Tensor& codes, co
   for (int64_t n0 = 0; n0 < N; n0 += tile) {
     const int64_t t = std::min(tile, N - n0);
     if (lowp) {
-      // Straight to bf16: each thread rebuilds 8 rows in an fp32 scratch that stays in its cache and
-      // rounds them into the bf16 tile at once; the fp32 tile (4 bytes a weight written, read back,
-      // then 2 written) was most of a prefill slice's cost once the GEMM ran on AMX.
+      // Straight to bf16 (expand_tile_bf16, the path set_prefill_rebuild chose): no fp32 tile (4 bytes a
+      // weight written, read back, then 2 written), which was most of a prefill slice's cost once the
+      // GEMM ran on AMX.
       expand_tile_bf16(m, n0, t, K, reinterpret_cast<uint16_t*>(wb.data_ptr()));
       at::Tensor wsub = wb.narrow(0, 0, t);
       at::Tensor osub = ob.narrow(0, 0, M * t).view({M, t});
@@ -1433,6 +1657,10 @@ TORCH_LIBRARY(dspark_q, lib) {
           &dspark::qrows);
   lib.def("set_prefill_bf16(bool on) -> ()", &dspark::set_prefill_bf16);
   lib.def("prefill_bf16() -> bool", &dspark::prefill_bf16);
+  lib.def("set_prefill_rebuild(int path) -> int", &dspark::set_prefill_rebuild);
+  lib.def("prefill_rebuild() -> int", &dspark::prefill_rebuild);
+  lib.def("rebuild_bf16(Tensor(a!) out, int kind, Tensor codes, Tensor scale, Tensor off, int shift, int n0) -> ()",
+          &dspark::rebuild_bf16);
   lib.def("set_act8(bool on) -> bool", &dspark::set_act8);
   lib.def("act8() -> bool", &dspark::act8);
   lib.def("act8_available() -> bool", &dspark::act8_available);
