@@ -94,7 +94,8 @@ def test_spm_keeps_the_prompt_head_while_typing(tiny_tokenizer: Any, fim: FimTok
     def shared(a: list[int], b: list[int]) -> int:
         return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
-    assert spm[0].text.endswith(f"{fim.suffix}{DOC[OFFSET:]}{fim.prefix}{DOC[:OFFSET]}{fim.middle}")
+    assert spm[0].text.endswith(f"{fim.prefix}{fim.suffix}{DOC[OFFSET:]}{fim.middle}{DOC[:OFFSET]}")
+    assert encode(tiny_tokenizer, spm[0].text) == spm[0].ids
     assert shared(spm[0].ids, spm[1].ids) >= len(spm[0].ids) - 4
     assert shared(psm[0].ids, psm[1].ids) < len(psm[0].ids) - spm[0].suffix_tokens
 
