@@ -54,7 +54,8 @@ def test_the_request_carries_our_own_fim_prompt(make: Any, fake: FakeOpenAI) -> 
     result = service.complete(req(BLOCK_DOC))
     sent = fake.requests[-1]
     local = build_fim_prompt(BLOCK_DOC, len(BLOCK_DOC), service.tokenizer, service.fim,
-                             context_window=service.config.context_window, prefix_share=service.config.prefix_share)
+                             context_window=service.config.context_window, prefix_share=service.config.prefix_share,
+                             order=service.config.fim_order)  # type: ignore[arg-type]
     assert sent["prompt"] == local.text == result.prompt
     assert sent["model"] == MODEL  # from GET /v1/models: no backend.model given
     assert sent["max_tokens"] == 24 and sent["temperature"] == 0.0 and sent["stream"] is True
