@@ -38,6 +38,19 @@ def config(tmp_path: Path, **overrides: object) -> ReplayConfig:
     return ReplayConfig(file=path, **fields)  # type: ignore[arg-type]
 
 
+def service_records(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, object]]:
+    """The list the replay's per-request service records (what the server's stats hold) are added to."""
+    seen: list[dict[str, object]] = []
+    original = lsp_replay._report
+
+    def capture(label: str, stats: dict, typed: int, wall: float):  # type: ignore[no-untyped-def]
+        seen.extend(stats["service"])
+        return original(label, stats, typed, wall)
+
+    monkeypatch.setattr(lsp_replay, "_report", capture)
+    return seen
+
+
 @pytest.mark.timeout(60)
 def test_replay_types_the_file_and_reports(tmp_path: Path) -> None:
     cfg = config(tmp_path)
@@ -63,16 +76,7 @@ def test_replay_churns_extra_documents_and_releases_them(tmp_path: Path) -> None
 def test_replay_keeps_the_servers_document_in_sync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every completion the service saw had the cursor at the end of exactly the text typed so far
     (incremental edits with emoji/CJK columns applied right)."""
-    from dspark_lsp.bench import lsp_replay
-
-    seen: list[dict[str, object]] = []
-    original = lsp_replay._report
-
-    def capture(label: str, stats: dict, typed: int, wall: float):  # type: ignore[no-untyped-def]
-        seen.extend(stats["service"])
-        return original(label, stats, typed, wall)
-
-    monkeypatch.setattr(lsp_replay, "_report", capture)
+    seen = service_records(monkeypatch)
     run_replay(config(tmp_path))
     assert seen
     for record in seen:
@@ -189,14 +193,7 @@ def test_a_mid_file_replay_keeps_the_rest_of_the_file_after_the_cursor(
 ) -> None:
     """--lsp-mid-file: the typed passage is cut out and typed back, so every request sees the file's text
     before the cursor as typed so far and the rest of the file, unchanged, after it."""
-    seen: list[dict[str, object]] = []
-    original = lsp_replay._report
-
-    def capture(label: str, stats: dict, typed: int, wall: float):  # type: ignore[no-untyped-def]
-        seen.extend(stats["service"])
-        return original(label, stats, typed, wall)
-
-    monkeypatch.setattr(lsp_replay, "_report", capture)
+    seen = service_records(monkeypatch)
     cfg = config(tmp_path, keep_after=True, max_chars=40)
     start = int(len(SOURCE) * cfg.start_fraction)
     after = SOURCE[start + 40 :]
