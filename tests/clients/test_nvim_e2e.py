@@ -95,7 +95,9 @@ def mock_cmd() -> list[str]:
 
 
 def mock_log(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    # Whole lines only: a mock server still running may be appending one.
+    text = path.read_text()
+    return [json.loads(line) for line in text[: text.rfind("\n") + 1].splitlines() if line.strip()]
 
 
 @nvim_param

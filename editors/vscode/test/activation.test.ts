@@ -38,7 +38,11 @@ async function until(cond: () => boolean, what: string, ms = 10000): Promise<voi
 }
 
 function received(): { method?: string; params?: Record<string, unknown> }[] {
-  return fs.existsSync(log) ? fs.readFileSync(log, "utf8").trim().split("\n").map((l) => JSON.parse(l) as { method?: string }) : [];
+  if (!fs.existsSync(log)) return [];
+  // Whole lines only: the mock server may be appending one while we read (a cut line is not JSON yet).
+  const text = fs.readFileSync(log, "utf8");
+  const whole = text.slice(0, text.lastIndexOf("\n") + 1);
+  return whole.split("\n").filter((l) => l.trim() !== "").map((l) => JSON.parse(l) as { method?: string });
 }
 
 const ctx = { subscriptions: [] as { dispose(): unknown }[] };
