@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -100,31 +99,6 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def cost_curve(model: Any, device: str, sizes: list[int], context: int = 256, repeats: int = 10) -> dict[int, float]:
-    """Median ms of one forward of n tokens on a ``context``-token KV cache (as a verify step)."""
-    from dspark_lsp.engine.kv import crop, forward, new_cache
-
-    ids = [(i * 7919) % 50_000 for i in range(context + max(sizes))]
-    cache = new_cache(model)
-    forward(model, ids[:context], cache, keep=1)
-    for _ in range(3):
-        forward(model, ids[context : context + 1], cache)
-        crop(cache, context)
-    out: dict[int, float] = {}
-    for n in sizes:
-        times = []
-        for r in range(repeats + 2):
-            _sync(device)
-            t0 = time.perf_counter()
-            forward(model, ids[context : context + n], cache)
-            _sync(device)
-            if r >= 2:  # two warm-ups per shape (and the first shape's first calls pay one-off costs)
-                times.append((time.perf_counter() - t0) * 1000)
-            crop(cache, context)
-        out[n] = round(statistics.median(times), 2)
-    return out
-
-
 def prefill_ms(model: Any, device: str, n: int = 1024) -> float:
     from dspark_lsp.engine.kv import forward, new_cache
 
@@ -197,6 +171,7 @@ def _draft_for(spec: str, model: Any) -> tuple[Any, str]:
 def bench_one(spec: str, device: str, args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
+    from dspark_lsp.engine.costs import measure_verify_cost
     from dspark_lsp.models.loader import load_causal_lm, resolve_model
 
     dtype = "bfloat16" if device.startswith("cuda") else "float32"
@@ -207,7 +182,9 @@ def bench_one(spec: str, device: str, args: argparse.Namespace) -> dict[str, Any
                            "standin": (source / "STANDIN.txt").is_file(), "load_s": round(time.time() - t0, 1)}
     if device.startswith("cuda"):
         row["gpu"] = torch.cuda.get_device_name()
-    row["forward_ms"] = cost_curve(model, device, [int(x) for x in args.sizes.split(",")], repeats=args.repeats)
+    # The engine's own calibration timer (fastest of the repeats, synchronized on a GPU), at a 256-token context
+    row["forward_ms"] = measure_verify_cost(model, context=256, sizes=tuple(int(x) for x in args.sizes.split(",")),
+                                            repeats=args.repeats)
     log(f"{spec}: one forward of n tokens (ms) {row['forward_ms']}")
     row["prefill_1024_ms"] = prefill_ms(model, device)
     draft, row["draft"] = _draft_for(spec, model)

@@ -68,6 +68,7 @@ def measure_verify_cost(
 
     vocab = int(getattr(model.config, "vocab_size", 1000))
     ids = [(i * 7919) % max(2, min(vocab, 50_000)) for i in range(context + max(sizes))]
+    sync = _device_sync(model)
     cache = new_cache(model)
     forward(model, ids[:context], cache, keep=1)
     forward(model, ids[context : context + 1], cache)  # warm the decode path once
@@ -76,13 +77,25 @@ def measure_verify_cost(
     for n in sizes:
         times = []
         for _ in range(repeats):
+            sync()
             t0 = time.perf_counter()
             forward(model, ids[context : context + n], cache)
+            sync()
             times.append((time.perf_counter() - t0) * 1000)
             crop(cache, context)
         # The minimum, not the median: on a shared machine interference only ever adds time.
         out[n] = round(min(times), 3)
     return out
+
+
+def _device_sync(model: Any) -> Any:
+    """A no-op, or ``torch.cuda.synchronize`` for a model on a GPU (whose forward returns before it ran)."""
+    import torch
+
+    param = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None
+    if param is not None and param.device.type == "cuda":
+        return torch.cuda.synchronize
+    return lambda: None
 
 
 def raw_monotone(raw: dict[int, float]) -> dict[int, float]:
