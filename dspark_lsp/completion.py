@@ -55,6 +55,9 @@ class ServiceConfig:
     # The FIM arrangement: psm (prefix, suffix, middle) or spm (suffix first: typing then changes only
     # the prompt's end, so more of its KV is reused).
     fim_order: str = "psm"
+    # In spm, back off the prompt's last token and make the first generated tokens spell it out
+    # (engine.healing): a prompt ending inside a would-be token is new to a suffix-first model.
+    token_healing: bool = True
     # Prefill prompts in the background (a document opened, typing paused, the cursor rested: lsp/warm.py),
     # so the request finds their KV cached. Read by the language server; the service only answers warm().
     warm_up: bool = True

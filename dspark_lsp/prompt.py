@@ -16,6 +16,7 @@ context the prompt is exactly the plain FIM prompt.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
@@ -29,10 +30,17 @@ OUTSIDE_CHARS = 16_000
 
 
 Order = Literal["psm", "spm"]
+# Token healing backs off at most this many tokens, beyond the first only while they spell one word
+# (an optional leading punctuation mark, then letters, digits or underscores), as a tokenizer's
+# pre-split would keep them together.
+HEAL_TOKENS = 3
+_WORD_PIECE = re.compile(r"[^\w\s]?\w+")
 
 
 class _Tokenizer(Protocol):
     def encode(self, text: str, add_special_tokens: bool = ...) -> list[int]: ...
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = ..., clean_up_tokenization_spaces: bool = ...) -> str: ...
 
 
 class _Vocab(Protocol):
@@ -83,6 +91,9 @@ class FimPrompt:
     suffix_tokens: int
     context_tokens: int = 0  # tokens before the FIM part (repository header and other files)
     context_files: tuple[ContextFile, ...] = ()  # the pieces that made it into the prompt
+    # Text at the end of ``prefix`` left out of the prompt (its last token or word, backed off): the first
+    # generated tokens must spell it out, and it is not part of the completion (engine.healing).
+    heal: str = ""
 
 
 def _encode(tokenizer: _Tokenizer, text: str) -> list[int]:
@@ -104,6 +115,7 @@ def build_fim_prompt(
     context: PromptContext | None = None,
     order: Order = "psm",
     lookahead: int = 0,
+    heal: bool = False,
 ) -> FimPrompt:
     """Prefix gets ``prefix_share`` of the ``context_window`` budget (plus whatever the suffix leaves
     unused); ``context`` adds up to its own budget of other files' tokens before them. ``order``: the
@@ -112,7 +124,10 @@ def build_fim_prompt(
     ``lookahead``: build the prompt with that many fewer prefix tokens, i.e. with the window start the
     prompt will have once the user has typed about that many more tokens here. Where it differs from the
     plain prompt's start, the window is about to slide (every token after the context then changes), and
-    a background prefill of this prompt is what the request after the slide will reuse."""
+    a background prefill of this prompt is what the request after the slide will reuse.
+
+    ``heal``: in the suffix-first order, back off the prefix's last token (``FimPrompt.heal``), so that the
+    prompt does not end inside what the model would have read as one token."""
     if not 0 <= offset <= len(text):
         raise ValueError(f"offset {offset} outside the document (length {len(text)})")
     head_text, head_ids, files = _context_part(context, tokenizer) if context is not None else ("", [], ())
@@ -135,6 +150,9 @@ def build_fim_prompt(
         head_text, head_ids = "", []
     else:
         fim_prefix_text, fim_prefix_ids = used_prefix, prefix_ids
+    healed, backed = _heal_part(tokenizer, used_prefix, prefix_ids) if heal and order == "spm" else ("", 0)
+    if healed:
+        fim_prefix_text, fim_prefix_ids = fim_prefix_text[: -len(healed)], fim_prefix_ids[:-backed]
     if order == "spm":
         # The FIM paper's suffix-first form (the middle continues the prefix); the bare swap <suf>s<pre>p<mid>
         # is not what the model learned: pass@1 0.07 vs 0.38 (bench/results/2026-12-06-fim-order/).
@@ -148,11 +166,28 @@ def build_fim_prompt(
         ids=ids,
         prefix=used_prefix,
         suffix=used_suffix,
-        prefix_tokens=len(prefix_ids),
+        prefix_tokens=len(prefix_ids) - backed,
         suffix_tokens=len(suffix_ids),
-        context_tokens=len(ids) - len(prefix_ids) - len(suffix_ids) - 3,
+        context_tokens=len(ids) - len(prefix_ids) + backed - len(suffix_ids) - 3,
         context_files=files,
+        heal=healed,
     )
+
+
+def _heal_part(tokenizer: _Tokenizer, prefix: str, prefix_ids: list[int]) -> tuple[str, int]:
+    """The text of the prefix's last tokens to back off: the last one, and more while they are pieces of
+    one word (``.j`` + ``o``: the model knows ``.join``, not ``.jo``; at most ``HEAL_TOKENS``). Whole
+    characters only (a token holding part of one would leave half a character in the prompt), and never
+    the whole prefix. Returns the text and how many tokens it was."""
+    healed, count = "", 0
+    for n in range(1, min(HEAL_TOKENS, len(prefix_ids) - 1) + 1):
+        text = str(tokenizer.decode(prefix_ids[-n:], skip_special_tokens=False, clean_up_tokenization_spaces=False))
+        if not text or "\ufffd" in text or not prefix.endswith(text) or len(text) >= len(prefix):
+            break
+        if n > 1 and not _WORD_PIECE.fullmatch(text):
+            break
+        healed, count = text, n
+    return healed, count
 
 
 def _suffix_part(suffix_text: str, tokenizer: _Tokenizer, suffix_budget: int) -> tuple[str, list[int]]:

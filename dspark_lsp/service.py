@@ -37,6 +37,7 @@ from dspark_lsp.draft_loading import load_draft
 from dspark_lsp.engine.costs import calibrate_forwards, cost_profile
 from dspark_lsp.engine.decode import SpeculativeDecoder
 from dspark_lsp.engine.draft import DraftSource, RecentOutputs
+from dspark_lsp.engine.healing import Heal
 from dspark_lsp.engine.prefix_cache import PrefixCache
 from dspark_lsp.errors import UserError
 from dspark_lsp.models.gguf_target import weights_kind
@@ -77,6 +78,9 @@ class LocalDecoder:
     """Our engine on the loaded target and draft: the prefix cache, the speculative decoder and this
     machine's verify-cost curve (a completion.Decoder)."""
 
+    # The engine can constrain the first tokens, so a prompt may back off its last one (engine.healing).
+    heals = True
+
     def __init__(self, config: ServiceConfig, target: Any, tokenizer: Any, draft: DraftSource | None) -> None:
         from dspark_lsp.models.fim import detect_fim_tokens
 
@@ -111,6 +115,10 @@ class LocalDecoder:
 
     def warm(self, fp: FimPrompt, config: ServiceConfig, cancel: threading.Event | None, *,
              keep_current: bool = False) -> int:
+        if fp.heal:  # the vocabulary's byte table (~0.5 s, once) is built here rather than in a request
+            from dspark_lsp.models.token_bytes import token_table
+
+            token_table(self.tokenizer)
         done = self._warm_target(fp, config, cancel, keep_current)
         # A draft model keeps one cache of its own: the current prompt's, never a look-ahead's (which
         # would replace it). Its prefill is the draft's share of a cold request (the 0.5B drafting for
@@ -169,6 +177,7 @@ class LocalDecoder:
         if draft is not None:
             draft.set_recent(RecentOutputs(prep.recent, prep.anchor, len(fp.ids)) if prep.recent else None)
         total = req.max_new_tokens or config.max_new_tokens
+        heal = self._heal(fp.heal, head)
         res = self.engine.generate(
             fp.ids + head,
             config=config.decode_config(max(total - len(head), 1), self.verify_cost_ms, self.pad_to),
@@ -179,6 +188,7 @@ class LocalDecoder:
             on_tokens=on_tokens if on_text is not None else None,
             cancel=cancel,
             scheduler_state=scheduler_state,
+            heal=heal,
         )
         tokens = head + list(res.tokens)
         st = res.stats
@@ -197,6 +207,17 @@ class LocalDecoder:
         reason = "deadline" if unfinished else st.stop_reason if cut is None or cancelled else "syntax"
         return Decoded(text, ids, stats, final.scope.value, cancelled, reason, res.scheduler_state,
                        raw_ids=tokens)
+
+    def _heal(self, text: str, head: list[int]) -> Heal | None:
+        """The constraint for a prompt that backed off ``text`` (FimPrompt.heal), of which the tokens
+        ``head`` (an early answer's, continued) may have spelled some or all already."""
+        if not text:
+            return None
+        from dspark_lsp.models.token_bytes import token_table
+
+        table = token_table(self.tokenizer)
+        rest = table.left_after(text.encode("utf-8"), head)
+        return Heal(table, rest) if rest else None
 
 
 class CompletionService:
@@ -386,13 +407,16 @@ class CompletionService:
         return done
 
     def prompt_for(
-        self, req: CompletionRequest, doc: Any, lookahead: int = 0, config: ServiceConfig | None = None
+        self, req: CompletionRequest, doc: Any, lookahead: int = 0, config: ServiceConfig | None = None,
+        heal: bool = True,
     ) -> FimPrompt:
         """The FIM prompt a completion at ``req`` decodes from (``doc``: its syntax.SyntaxDocument): the
         settings' window, prefix share and order, and the request's other-files context within its budget.
         The benchmarks build their prompts here too. ``lookahead``: the prompt as it will be after about
         that many more typed tokens (prompt.build_fim_prompt). ``config``: other prompt settings than the
-        service's (the eval compares a saved run's prompt with this one's)."""
+        service's (the eval compares a saved run's prompt with this one's). ``heal``: back off the prompt's
+        last token where the order and the decoder call for it (False: for a caller that decodes the ids
+        itself, without the constraint)."""
         cfg = config or self.config
         context = None
         # With a budget, a PromptContext even when no piece was found: its unused budget widens the file's
@@ -405,7 +429,8 @@ class CompletionService:
             context = PromptContext(req.context, cfg.context_budget, name, req.repo_name or "", fmt)
         return build_fim_prompt(req.text, req.offset, self.tokenizer, self.fim, context_window=cfg.context_window,
                                 prefix_share=cfg.prefix_share, context=context,
-                                order=cfg.fim_order, lookahead=lookahead)  # type: ignore[arg-type]
+                                order=cfg.fim_order, lookahead=lookahead,  # type: ignore[arg-type]
+                                heal=heal and cfg.token_healing and getattr(self.decoding, "heals", False))
 
     def complete(
         self,
@@ -418,7 +443,7 @@ class CompletionService:
             return prep
         with self._lock:
             self._unfinished.pop(req.doc_key, None)  # the model runs for a newer spot: that one is stale
-        out = self.decoding.decode(prep, self.config, self._decoder_text(), cancel=cancel, on_text=on_text,
+        out = self.decoding.decode(prep, self.config, self._decoder_text(prep.fp.heal), cancel=cancel, on_text=on_text,
                                    scheduler_state=self._sched_state.get(req.doc_key))
         if out.scheduler_state is not None:
             self._sched_state[req.doc_key] = out.scheduler_state
@@ -430,7 +455,7 @@ class CompletionService:
         if out.stop_reason == "deadline":
             with self._lock:
                 self._unfinished[req.doc_key] = Unfinished(prep, tuple(out.raw_ids),
-                                                            self._decoder_text()(out.raw_ids))
+                                                            self._decoder_text(prep.fp.heal)(out.raw_ids))
         return self._finish(prep, out.text, out.ids, out.stats, scope=out.scope, cancelled=out.cancelled,
                             stop_reason=out.stop_reason)
 
@@ -449,7 +474,7 @@ class CompletionService:
                 if self._unfinished.get(key) is job:
                     del self._unfinished[key]
             return 0
-        decode_text = self._decoder_text()
+        decode_text = self._decoder_text(job.prep.fp.heal)
         out = extend(job.prep, list(job.head), self.config, decode_text, scheduler_state=self._sched_state.get(key),
                      cancel=cancel)
         with self._lock:
@@ -477,11 +502,15 @@ class CompletionService:
         return result
 
     # ------------------------------------------------------------------------------------ helpers
-    def _decoder_text(self) -> Callable[[list[int]], str]:
+    def _decoder_text(self, heal: str = "") -> Callable[[list[int]], str]:
+        """Generated ids -> the text they add at the cursor; ``heal``: the prompt's backed-off text, which
+        the first tokens spell out again and which is already in the document (nothing until it is)."""
         tok = self.tokenizer
 
         def decode(ids: list[int]) -> str:
             text = str(tok.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False))
+            if heal:
+                text = text[len(heal):] if text.startswith(heal) else ""
             # A multi-byte character split across tokens decodes to U+FFFD until its last byte arrives;
             # never show (or judge syntax on) half a character.
             return text.rstrip("\ufffd")

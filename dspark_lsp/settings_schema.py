@@ -292,6 +292,15 @@ SETTINGS: tuple[Setting, ...] = (
         in_editors=False,
     ),
     Setting(
+        "tokenHealing",
+        "boolean",
+        True,
+        "With fimOrder spm: leave the last token before the cursor out of the prompt and make the completion "
+        "start by spelling it again, so that a cursor inside a word or after `(` or `.` reads as in training.",
+        markdown=True,
+        in_editors=False,
+    ),
+    Setting(
         "relaxed",
         "boolean",
         False,

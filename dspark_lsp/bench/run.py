@@ -273,7 +273,9 @@ def _prepare_prompts(args: argparse.Namespace, service: CompletionService) -> li
         lang = bp.language or detect_language(bp.path, None)
         doc = SyntaxDocument(bp.text, lang)
         # The service's own prompt (its config carries --context-window and --prefix-share; no other files).
-        fp = service.prompt_for(CompletionRequest(text=bp.text, offset=bp.offset, path=bp.path, doc_key=bp.id), doc)
+        # heal=False: the methods decode these ids themselves, without the healing constraint.
+        fp = service.prompt_for(CompletionRequest(text=bp.text, offset=bp.offset, path=bp.path, doc_key=bp.id), doc,
+                                heal=False)
         tracker = functools.partial(doc.generation, bp.offset, doc.completion_scope(bp.offset))
         prepared.append(Prepared(bp, fp.ids, lang, tracker, outside_window_ids(bp.text, bp.offset, fp, service.tokenizer)))
     return prepared

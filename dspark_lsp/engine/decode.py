@@ -27,6 +27,7 @@ from dspark_lsp.engine.alternates import Alternate, VerifyLayout, choose_alterna
 from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
 from dspark_lsp.engine.draft import NO_SLOT, DraftSource, Proposal
 from dspark_lsp.engine.drafting import DraftMeter, DraftRound, KeyFn
+from dspark_lsp.engine.healing import Heal
 from dspark_lsp.engine.kv import (
     TreeRows,
     cache_len,
@@ -96,6 +97,7 @@ class _Call:
     stop: StopFn | None
     on_tokens: TokensFn | None
     cancel: threading.Event | None
+    heal: Heal | None = None
 
     def __post_init__(self) -> None:
         # A feature-conditioned draft reads the target's last hidden states; a calibrated one's
@@ -119,6 +121,7 @@ class _State:
     ids: list[int]  # prompt + generated
     generated: list[int] = field(default_factory=list)
     stop_reason: str | None = None  # set by whatever ends the call; None at the token cap
+    heal_rest: bytes = b""  # bytes the next tokens must still spell out (engine.healing)
 
 
 class SpeculativeDecoder:
@@ -207,31 +210,24 @@ class SpeculativeDecoder:
         on_tokens: TokensFn | None = None,
         cancel: threading.Event | None = None,
         scheduler_state: tuple[float, ...] | None = None,
+        heal: Heal | None = None,
     ) -> DecodeResult:
+        """Decode after ``prompt``. ``heal``: the first tokens must spell out its bytes (the prompt's
+        backed-off end, engine.healing); they are picked by the target alone, then speculation starts."""
         if not prompt:
             raise ValueError("prompt must contain at least one token")
         config = config or DecodeConfig()
         config.validate()
         with self._lock:
             return self._generate(
-                list(prompt), config, draft, set(eos_ids), is_key, stop, on_tokens, cancel, scheduler_state
+                _Call(list(prompt), config, draft, set(eos_ids), is_key, stop, on_tokens, cancel, heal),
+                scheduler_state,
             )
 
 
-    def _generate(
-        self,
-        prompt: list[int],
-        config: DecodeConfig,
-        draft: DraftSource | None,
-        eos_ids: set[int],
-        is_key: KeyFn | None,
-        stop: StopFn | None,
-        on_tokens: TokensFn | None,
-        cancel: threading.Event | None,
-        scheduler_state: tuple[float, ...] | None,
-    ) -> DecodeResult:
+    def _generate(self, call: _Call, scheduler_state: tuple[float, ...] | None) -> DecodeResult:
         t0 = time.perf_counter()
-        call = _Call(prompt, config, draft, eos_ids, is_key, stop, on_tokens, cancel)
+        prompt, config, draft, cancel = call.prompt, call.config, call.draft, call.cancel
         state = self._start(call, scheduler_state)
         last_logits = self._prefill(call, state)
         if last_logits is not None and draft is not None and config.max_new_tokens > 0:
@@ -244,7 +240,12 @@ class SpeculativeDecoder:
             state.stop_reason = "cancelled"
         elif config.max_new_tokens > 0:
             # The prefill's own prediction is the first new token; from here on the cache covers ids[:-1].
-            self._emit(call, state, [pick_token(last_logits, config.temperature, self.vocab_size, state.generator)])
+            self._emit(call, state, [self._pick(call, state, last_logits)])
+        while state.stop_reason is None and state.heal_rest and len(state.generated) < config.max_new_tokens:
+            if call.cancelled():
+                state.stop_reason = "cancelled"
+            else:
+                self._heal_step(call, state)
         while state.stop_reason is None and len(state.generated) < config.max_new_tokens:
             if call.cancelled():
                 state.stop_reason = "cancelled"
@@ -275,7 +276,8 @@ class SpeculativeDecoder:
         stats.reused_tokens = reused
         stats.prefill_tokens = len(call.prompt) - reused
         feats = _FeatureTrack(reused, stored if call.want_feats else None)
-        return _State(stats, sched, generator, cache, feats, list(call.prompt))
+        heal_rest = call.heal.rest if call.heal is not None else b""
+        return _State(stats, sched, generator, cache, feats, list(call.prompt), heal_rest=heal_rest)
 
     def _prefill(self, call: _Call, state: _State) -> torch.Tensor | None:
         """Feed the prompt past the reused prefix in slices (as ``model.generate`` prefills, so greedy
@@ -300,6 +302,27 @@ class SpeculativeDecoder:
         if last_logits is not None:
             state.stats.target_forwards += 1
         return last_logits
+
+    def _pick(self, call: _Call, state: _State, logits: torch.Tensor) -> int:
+        """The target's next token from one row of logits; while healing, only among the tokens that
+        agree with the bytes left to spell."""
+        heal = call.heal if state.heal_rest else None
+        if heal is not None:
+            logits = heal.restrict(logits, state.heal_rest)
+        tok = pick_token(logits, call.config.temperature, self.vocab_size, state.generator)
+        if heal is not None:
+            state.heal_rest = heal.table.advance(state.heal_rest, tok)
+        return tok
+
+    def _heal_step(self, call: _Call, state: _State) -> None:
+        """One target-only token while the healed bytes are not all spelled out: the first token was a
+        proper prefix of them (three spaces of a four-space indent). Rare, and never drafted: a draft
+        knows nothing of the constraint."""
+        logits, h = self._forward([state.ids[-1]], state.cache, call.config.pad_to, call.want_feats)
+        state.stats.target_forwards += 1
+        if h is not None:
+            state.feats.add(h)
+        self._emit(call, state, [self._pick(call, state, logits[-1])])
 
     # ------------------------------------------------------------------------------------ one round
     def _round(self, call: _Call, state: _State) -> None:

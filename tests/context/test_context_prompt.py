@@ -100,6 +100,46 @@ def test_spm_keeps_the_prompt_head_while_typing(tiny_tokenizer: Any, fim: FimTok
     assert shared(psm[0].ids, psm[1].ids) < len(psm[0].ids) - spm[0].suffix_tokens
 
 
+def test_spm_heal_backs_off_the_last_prefix_token(tiny_tokenizer: Any, fim: FimTokens) -> None:
+    """Token healing: the suffix-first prompt leaves out the prefix's last token, whose text the completion
+    must spell again (FimPrompt.heal); psm, or heal off, is the prompt as before."""
+    fmt = detect_repo_format(tiny_tokenizer)
+    ctx = PromptContext(FILES, 512, "m.py", "d", fmt)
+    plain = build_fim_prompt(DOC, OFFSET, tiny_tokenizer, fim, context=ctx, order="spm")
+    healed = build_fim_prompt(DOC, OFFSET, tiny_tokenizer, fim, context=ctx, order="spm", heal=True)
+    last = tiny_tokenizer.decode(encode(tiny_tokenizer, DOC[:OFFSET])[-1:])
+    assert healed.heal == last and DOC[:OFFSET].endswith(last) and last
+    assert healed.ids == plain.ids[:-1]
+    assert healed.text == plain.text[: -len(last)] and healed.prefix == plain.prefix
+    assert encode(tiny_tokenizer, healed.text) == healed.ids
+    assert healed.prefix_tokens == plain.prefix_tokens - 1 and healed.context_tokens == plain.context_tokens
+    psm = build_fim_prompt(DOC, OFFSET, tiny_tokenizer, fim, context=ctx, order="psm")
+    assert build_fim_prompt(DOC, OFFSET, tiny_tokenizer, fim, context=ctx, order="psm", heal=True) == psm
+    # Nothing to back off at the start of a file, and never the whole prefix.
+    assert build_fim_prompt(DOC, 0, tiny_tokenizer, fim, order="spm", heal=True).heal == ""
+    assert build_fim_prompt(DOC, 1, tiny_tokenizer, fim, order="spm", heal=True).heal == ""
+
+
+def test_token_table_reads_the_tokenizers_bytes(tiny_tokenizer: Any) -> None:
+    """The byte-level reading of the vocabulary agrees with the tokenizer's own decoding of each token."""
+    from dspark_lsp.models.token_bytes import token_table
+
+    table = token_table(tiny_tokenizer)
+    assert token_table(tiny_tokenizer) is table  # built once per tokenizer
+    checked = 0
+    for i in range(len(table)):
+        text = tiny_tokenizer.decode([i], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        piece = table.pieces[i]
+        if i in tiny_tokenizer.all_special_ids:
+            assert piece is None
+        elif "\ufffd" not in text:
+            assert piece is not None and piece.decode("utf-8") == text
+            checked += 1
+    assert checked > 100
+    paren = encode(tiny_tokenizer, "(")[0]
+    assert paren in table.allowed(b"(").tolist()
+
+
 def test_the_window_takes_what_the_context_leaves(tiny_tokenizer: Any, fim: FimTokens) -> None:
     """The prompt is contextWindow + contextBudget tokens at most, whatever the context holds: a short
     definition leaves the rest of its budget to the current file's window (at equal prompt length the
