@@ -415,8 +415,8 @@ class CompletionService:
         The benchmarks build their prompts here too. ``lookahead``: the prompt as it will be after about
         that many more typed tokens (prompt.build_fim_prompt). ``config``: other prompt settings than the
         service's (the eval compares a saved run's prompt with this one's). ``heal``: back off the prompt's
-        last token where the order and the decoder call for it (False: for a caller that decodes the ids
-        itself, without the constraint)."""
+        last token where the order and the decoder call for it; False, for a caller that decodes the ids
+        itself without the constraint, gives it the psm prompt instead of an unhealed spm one."""
         cfg = config or self.config
         context = None
         # With a budget, a PromptContext even when no piece was found: its unused budget widens the file's
@@ -427,10 +427,15 @@ class CompletionService:
                 fmt = replace(fmt, comment=(doc.spec.line_comment if doc.spec else None) or "#")
             name = req.prompt_path or (req.path.replace("\\", "/").rsplit("/", 1)[-1] if req.path else "")
             context = PromptContext(req.context, cfg.context_budget, name, req.repo_name or "", fmt)
+        heals = heal and cfg.token_healing and bool(getattr(self.decoding, "heals", False))
+        order = cfg.fim_order
+        if order == "spm" and cfg.token_healing and not heals:
+            # Suffix first without healing loses where the cursor sits mid-line (repository set: exact match
+            # 0.175 against psm's 0.325): a decoder that cannot heal (a remote server, the bench's peers) gets psm.
+            order = "psm"
         return build_fim_prompt(req.text, req.offset, self.tokenizer, self.fim, context_window=cfg.context_window,
                                 prefix_share=cfg.prefix_share, context=context,
-                                order=cfg.fim_order, lookahead=lookahead,  # type: ignore[arg-type]
-                                heal=heal and cfg.token_healing and getattr(self.decoding, "heals", False))
+                                order=order, lookahead=lookahead, heal=heals)  # type: ignore[arg-type]
 
     def complete(
         self,

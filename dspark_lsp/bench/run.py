@@ -273,7 +273,8 @@ def _prepare_prompts(args: argparse.Namespace, service: CompletionService) -> li
         lang = bp.language or detect_language(bp.path, None)
         doc = SyntaxDocument(bp.text, lang)
         # The service's own prompt (its config carries --context-window and --prefix-share; no other files).
-        # heal=False: the methods decode these ids themselves, without the healing constraint.
+        # heal=False: the methods decode these ids themselves, without the healing constraint (a spm
+        # setting then gives them the psm prompt, service.prompt_for).
         fp = service.prompt_for(CompletionRequest(text=bp.text, offset=bp.offset, path=bp.path, doc_key=bp.id), doc,
                                 heal=False)
         tracker = functools.partial(doc.generation, bp.offset, doc.completion_scope(bp.offset))
