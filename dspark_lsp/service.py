@@ -177,7 +177,7 @@ class LocalDecoder:
         if draft is not None:
             draft.set_recent(RecentOutputs(prep.recent, prep.anchor, len(fp.ids)) if prep.recent else None)
         total = req.max_new_tokens or config.max_new_tokens
-        heal = self._heal(fp.heal, head)
+        heal = self.heal_for(fp.heal, head)
         res = self.engine.generate(
             fp.ids + head,
             config=config.decode_config(max(total - len(head), 1), self.verify_cost_ms, self.pad_to),
@@ -208,7 +208,7 @@ class LocalDecoder:
         return Decoded(text, ids, stats, final.scope.value, cancelled, reason, res.scheduler_state,
                        raw_ids=tokens)
 
-    def _heal(self, text: str, head: list[int]) -> Heal | None:
+    def heal_for(self, text: str, head: list[int]) -> Heal | None:
         """The constraint for a prompt that backed off ``text`` (FimPrompt.heal), of which the tokens
         ``head`` (an early answer's, continued) may have spelled some or all already."""
         if not text:

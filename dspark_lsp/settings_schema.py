@@ -286,8 +286,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "fimOrder",
         "string",
-        "psm",
-        "Fill-in-the-middle arrangement: psm (prefix, suffix, middle) or spm (suffix first).",
+        "spm",
+        "Fill-in-the-middle arrangement: spm (suffix first; with tokenHealing, the better completions and "
+        "the cheaper keystrokes) or psm (prefix, suffix, middle). A backend that cannot heal gets psm.",
         enum=("psm", "spm"),
         in_editors=False,
     ),

@@ -120,6 +120,7 @@ def record_json(rec: Record) -> dict[str, Any]:
         "reference": p.reference,
         "service_within_raw": rec.service_within_raw,
         "raw_ids": rec.raw_ids,
+        "heal": rec.heal,
         "reused": rec.reused,
         "attempts": {
             m: {

@@ -14,13 +14,14 @@ from dspark_lsp.errors import UserError
 from dspark_lsp.evaluation.execution import DEFAULT_TIMEOUT_S
 from dspark_lsp.evaluation.problems import Problem
 from dspark_lsp.evaluation.report import attempt_from_json
-from dspark_lsp.evaluation.runner import SERVICE, Record, check_of, judge
+from dspark_lsp.evaluation.runner import SERVICE, Record, check_of, judge, strip_heal
 
 
 def recut(
-    problem: Problem, raw_ids: list[int], tokenizer: Any, max_new_tokens: int, multiline: str
+    problem: Problem, raw_ids: list[int], tokenizer: Any, max_new_tokens: int, multiline: str, heal: str = ""
 ) -> tuple[str, str]:
-    """(text, scope) the service shows for ``problem`` when the model's greedy output is ``raw_ids``."""
+    """(text, scope) the service shows for ``problem`` when the model's greedy output is ``raw_ids``
+    (which spell ``heal``, the prompt's backed-off text, first)."""
     from dspark_lsp.service import decide_scope, finish_text
     from dspark_lsp.syntax import Scope, SyntaxDocument, detect_language
 
@@ -35,7 +36,8 @@ def recut(
     # The raw output went on past the budget: the service's decode ended on it (unless a stop came first,
     # which the tracker finds either way).
     capped = len(raw_ids) > max_new_tokens
-    text, _ = finish_text(tracker, full.rstrip("\ufffd"), problem.text[problem.offset :], capped=capped)
+    full = strip_heal(full.rstrip("\ufffd"), heal)
+    text, _ = finish_text(tracker, full, problem.text[problem.offset :], capped=capped)
     return text, tracker.scope.value
 
 
@@ -60,7 +62,8 @@ def rescore(
             raise UserError(
                 "--rescore needs a report made with the ceilings on (it re-cuts their raw output)"
             )
-        text, scope = recut(problem, list(item.get("raw_ids") or []), tokenizer, max_new_tokens, multiline)
+        heal = str(item.get("heal") or "")
+        text, scope = recut(problem, list(item.get("raw_ids") or []), tokenizer, max_new_tokens, multiline, heal)
         old = item["attempts"][SERVICE]
         changed += text != old["text"]
         passed = check_of(problem, timeout_s)(text) if problem.has_tests else None
@@ -71,5 +74,6 @@ def rescore(
             if m != SERVICE:
                 rec.attempts[m] = attempt_from_json(a)
         rec.raw_ids = list(item.get("raw_ids") or [])
+        rec.heal = heal
         records.append(rec)
     return records, changed

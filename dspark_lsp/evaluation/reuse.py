@@ -89,5 +89,6 @@ def reused_record(saved: SavedRun, problem: Problem, service: Any) -> Record | N
     rec.attempts = {m: attempt_from_json(a) for m, a in item["attempts"].items()}
     rec.service_within_raw = item.get("service_within_raw")
     rec.raw_ids = list(item.get("raw_ids") or [])
+    rec.heal = str(item.get("heal") or "")
     rec.reused = True
     return rec

@@ -58,6 +58,7 @@ class Record:
     # service that changed the model's output, not only where it ends.
     service_within_raw: bool | None = None
     raw_ids: list[int] = field(default_factory=list)  # the raw output's tokens (to re-cut it offline)
+    heal: str = ""  # the prompt's backed-off text (token healing), which raw_ids spell first
     reused: bool = False  # copied from a saved run whose prompt for this hole was the same (--reuse)
 
 
@@ -132,10 +133,11 @@ def service_attempt(service: Any, problem: Problem, cfg: RunConfig) -> tuple[Att
     return judge(problem, result.text, latency, passed), result
 
 
-def raw_output(service: Any, problem: Problem, max_tokens: int) -> tuple[str, list[int]]:
+def raw_output(service: Any, problem: Problem, max_tokens: int) -> tuple[str, list[int], str]:
     """The model's greedy continuation of the service's own prompt until its FIM end token (or
-    ``max_tokens``), with no stop rule and no clean-up. The decoder is lossless, so the service's draft
-    only makes it sooner; the prompt's prefill comes from the prefix cache the service call just filled."""
+    ``max_tokens``), with no stop rule and no clean-up, and the prompt's healed text (its tokens are the
+    first ones; the text returned starts after it). The decoder is lossless, so the service's draft only
+    makes it sooner; the prompt's prefill comes from the prefix cache the service call just filled."""
     cfg = service.config
     fp = service_prompt(service, problem)
     fim = service.fim
@@ -144,11 +146,19 @@ def raw_output(service: Any, problem: Problem, max_tokens: int) -> tuple[str, li
         config=cfg.decode_config(max_tokens, service.verify_cost_ms, service.pad_to),
         draft=service.draft,
         eos_ids=(*fim.eos_ids, fim.prefix_id, fim.suffix_id, fim.middle_id),
+        heal=service.decoding.heal_for(fp.heal, []),
     )
     text = str(
         service.tokenizer.decode(res.tokens, skip_special_tokens=False, clean_up_tokenization_spaces=False)
     )
-    return text.rstrip("\ufffd"), list(res.tokens)
+    return strip_heal(text.rstrip("\ufffd"), fp.heal), list(res.tokens), fp.heal
+
+
+def strip_heal(text: str, heal: str) -> str:
+    """The text after the healed part (nothing while it is not all spelled out)."""
+    if not heal:
+        return text
+    return text[len(heal):] if text.startswith(heal) else ""
 
 
 def evaluate_problem(service: Any, problem: Problem, cfg: RunConfig, peer: Completer | None = None) -> Record:
@@ -156,7 +166,7 @@ def evaluate_problem(service: Any, problem: Problem, cfg: RunConfig, peer: Compl
     rec = Record(problem, result.scope, result.stop_reason, {SERVICE: attempt})
     check = check_of(problem, cfg.timeout_s) if problem.has_tests else None
     if cfg.ceilings:
-        raw, raw_ids = raw_output(service, problem, cfg.raw_max_tokens)
+        raw, raw_ids, rec.heal = raw_output(service, problem, cfg.raw_max_tokens)
         rec.attempts[RAW] = judge(problem, raw, None, check(raw) if check else None)
         cut = oracle_cut(raw, problem.reference, check)
         rec.attempts[ORACLE] = judge(problem, cut.text, None, cut.passed)

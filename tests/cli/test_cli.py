@@ -158,12 +158,13 @@ def test_complete_json_on_tiny_models(
     obj = json.loads(lines[0])
     assert {"text", "prompt", "completion_ids", "stats"} <= obj.keys()
     assert isinstance(obj["text"], str) and obj["text"]
-    assert obj["prompt"] == f"<|fim_prefix|>{SOURCE[:-1]}<|fim_suffix|>\n<|fim_middle|>"
+    # Suffix first; the prefix's last token, `(`, is backed off and spelled again by the completion's ids.
+    assert obj["prompt"] == f"<|fim_prefix|><|fim_suffix|>\n<|fim_middle|>{SOURCE[:-2]}"
     assert all(isinstance(i, int) for i in obj["completion_ids"]) and obj["completion_ids"]
     decoded = tiny_tokenizer.decode(
         obj["completion_ids"], skip_special_tokens=False, clean_up_tokenization_spaces=False
     )
-    assert decoded.startswith(obj["text"])
+    assert decoded.startswith("(" + obj["text"])
     stats = obj["stats"]
     assert isinstance(stats["tokens"], int) and 1 <= stats["tokens"] <= 16
     assert isinstance(stats["seconds"], float | int) and stats["seconds"] >= 0

@@ -53,9 +53,11 @@ def test_the_request_carries_our_own_fim_prompt(make: Any, fake: FakeOpenAI) -> 
     service = make()
     result = service.complete(req(BLOCK_DOC))
     sent = fake.requests[-1]
+    # A server cannot heal the prompt's last token, so the default suffix-first order falls back to psm there.
+    assert service.config.fim_order == "spm" and service.config.token_healing
     local = build_fim_prompt(BLOCK_DOC, len(BLOCK_DOC), service.tokenizer, service.fim,
                              context_window=service.config.context_window, prefix_share=service.config.prefix_share,
-                             order=service.config.fim_order)  # type: ignore[arg-type]
+                             order="psm")
     assert sent["prompt"] == local.text == result.prompt
     assert sent["model"] == MODEL  # from GET /v1/models: no backend.model given
     assert sent["max_tokens"] == 24 and sent["temperature"] == 0.0 and sent["stream"] is True

@@ -51,7 +51,8 @@ def forbid_decoding(service: CompletionService, monkeypatch: pytest.MonkeyPatch)
 def test_completion_is_the_targets_greedy_output(
     make_service: Any, tiny_target: Any, tiny_tokenizer: Any, greedy_reference: Any, draft_model: str
 ) -> None:
-    service = make_service(draft_model)
+    # psm: the prompt is the whole model input; the default spm's healed prompt is in test_token_healing.py.
+    service = make_service(draft_model, fim_order="psm")
     if draft_model == "model":
         assert isinstance(service.draft, HybridDraftSource)
     elif draft_model == "ngram":

@@ -50,11 +50,15 @@ def test_context_goes_in_within_its_budget(make_service: Any) -> None:
 
 
 def test_context_off_is_todays_prompt(make_service: Any) -> None:
-    off = make_service(context_budget=0)
-    plain = make_service()
+    off = make_service(context_budget=0, fim_order="psm")
+    plain = make_service(fim_order="psm")
     assert off.complete(req(DOC)).prompt == plain.complete(req(DOC, ())).prompt == (
         f"<|fim_prefix|>{DOC}<|fim_suffix|><|fim_middle|>"
     )
+    # The default order puts the (empty) suffix first and backs off the prefix's last token.
+    spm = make_service(context_budget=0).complete(req(DOC)).prompt
+    head = "<|fim_prefix|><|fim_suffix|><|fim_middle|>"
+    assert spm.startswith(head) and DOC.startswith(spm[len(head):]) and 0 < len(DOC) - len(spm[len(head):]) <= 8
 
 
 def test_the_context_kv_is_reused_across_keystrokes(make_service: Any) -> None:

@@ -63,3 +63,33 @@ def test_healing_mends_a_cursor_inside_a_token() -> None:
     assert complete(plain, STACK).startswith(" ")
     assert complete(healed, JOIN).startswith("in(")
     assert not complete(plain, JOIN).startswith("in(")
+
+
+@pytest.mark.parametrize("draft", ["ngram", "model", "none"])
+def test_healed_completions_are_the_targets_constrained_greedy_output(
+    tiny_models: tuple[Path, Path], tiny_target: object, draft: str
+) -> None:
+    """Lossless with healing: whatever the draft, the completion's ids are the target's greedy tokens under
+    the healing constraint (full recompute, one token at a time)."""
+    import torch
+
+    from dspark_lsp.engine.healing import Heal
+    from dspark_lsp.models.token_bytes import token_table
+
+    spec = str(tiny_models[1]) if draft == "model" else draft
+    service = _service(str(tiny_models[0]), spec, max_new_tokens=12, quick_answer_ms=0)
+    doc = "def add(a, b):\n    return a + b\n\nresult = add("
+    req = CompletionRequest(doc, len(doc), path="a.py", doc_key="file:///a.py")
+    fp = service.prompt_for(req, _doc(doc))
+    result = service.complete(req)
+    table = token_table(service.tokenizer)
+    ids, rest, want = list(fp.ids), fp.heal.encode(), []
+    for _ in range(len(result.completion_ids)):
+        logits = tiny_target(torch.tensor([ids])).logits[0, -1]  # type: ignore[operator]
+        if rest:
+            logits = Heal(table, rest).restrict(logits, rest)
+        tok = int(torch.argmax(logits[: service.decoder.vocab_size]))
+        rest = table.left_after(rest, [tok])
+        ids.append(tok)
+        want.append(tok)
+    assert result.completion_ids == want and fp.heal == "("
