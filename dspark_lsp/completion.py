@@ -1,7 +1,7 @@
 """What every way of decoding a completion shares, and the :class:`Decoder` protocol they implement.
 
 The completion pipeline (dspark_lsp.service.CompletionService: prompt, syntax scope, caches, records,
-clean-up) hands a prepared request to a decoder: the local engine (service.LocalDecoder) or an
+clean-up) hands a prepared request to a decoder: the local engine (local_decoder.LocalDecoder) or an
 OpenAI-compatible server (remote.service.RemoteDecoder). Both import this module and the remote one
 never imports the service, which chooses between them.
 """

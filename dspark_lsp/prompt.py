@@ -126,8 +126,7 @@ def build_fim_prompt(
     plain prompt's start, the window is about to slide (every token after the context then changes), and
     a background prefill of this prompt is what the request after the slide will reuse.
 
-    ``heal``: in the suffix-first order, back off the prefix's last token (``FimPrompt.heal``), so that the
-    prompt does not end inside what the model would have read as one token."""
+    ``heal``: suffix first, back off the prefix's last token or word (``FimPrompt.heal``, engine.healing)."""
     if not 0 <= offset <= len(text):
         raise ValueError(f"offset {offset} outside the document (length {len(text)})")
     head_text, head_ids, files = _context_part(context, tokenizer) if context is not None else ("", [], ())
@@ -153,14 +152,7 @@ def build_fim_prompt(
     healed, backed = _heal_part(tokenizer, used_prefix, prefix_ids) if heal and order == "spm" else ("", 0)
     if healed:
         fim_prefix_text, fim_prefix_ids = fim_prefix_text[: -len(healed)], fim_prefix_ids[:-backed]
-    if order == "spm":
-        # The FIM paper's suffix-first form (the middle continues the prefix); the bare swap <suf>s<pre>p<mid>
-        # is not what the model learned: pass@1 0.07 vs 0.38 (bench/results/2026-12-06-fim-order/).
-        ids = [*head_ids, fim.prefix_id, fim.suffix_id, *suffix_ids, fim.middle_id, *fim_prefix_ids]
-        body = f"{fim.prefix}{fim.suffix}{used_suffix}{fim.middle}{fim_prefix_text}"
-    else:
-        ids = [*head_ids, fim.prefix_id, *fim_prefix_ids, fim.suffix_id, *suffix_ids, fim.middle_id]
-        body = f"{fim.prefix}{fim_prefix_text}{fim.suffix}{used_suffix}{fim.middle}"
+    ids, body = _arrange(order, fim, head_ids, (fim_prefix_text, fim_prefix_ids), (used_suffix, suffix_ids))
     return FimPrompt(
         text=head_text + body,
         ids=ids,
@@ -172,6 +164,19 @@ def build_fim_prompt(
         context_files=files,
         heal=healed,
     )
+
+
+def _arrange(order: Order, fim: FimTokens, head_ids: list[int], prefix: tuple[str, list[int]],
+             suffix: tuple[str, list[int]]) -> tuple[list[int], str]:
+    """The FIM part's ids (after the context's ``head_ids``) and text, in ``order``."""
+    (p_text, p_ids), (s_text, s_ids) = prefix, suffix
+    if order == "spm":
+        # The FIM paper's suffix-first form (the middle continues the prefix); the bare swap <suf>s<pre>p<mid>
+        # is not what the model learned: pass@1 0.07 vs 0.38 (bench/results/2026-12-06-fim-order/).
+        ids = [*head_ids, fim.prefix_id, fim.suffix_id, *s_ids, fim.middle_id, *p_ids]
+        return ids, f"{fim.prefix}{fim.suffix}{s_text}{fim.middle}{p_text}"
+    ids = [*head_ids, fim.prefix_id, *p_ids, fim.suffix_id, *s_ids, fim.middle_id]
+    return ids, f"{fim.prefix}{p_text}{fim.suffix}{s_text}{fim.middle}"
 
 
 def _heal_part(tokenizer: _Tokenizer, prefix: str, prefix_ids: list[int]) -> tuple[str, int]:

@@ -5,8 +5,8 @@ what a user sees in the editor is exactly what the tests and benchmarks measure.
 engine (torch), the syntax layer (tree-sitter) and the model registry together; the first two never
 see each other: syntax facts reach the engine as plain callables built here.
 
-The service is the pipeline around a decoder (completion.Decoder): :class:`LocalDecoder`, our engine on
-the loaded models, or remote.service.RemoteDecoder, an OpenAI-compatible server. This module imports the
+The service is the pipeline around a decoder (completion.Decoder): local_decoder.LocalDecoder, our engine
+on the loaded models, or remote.service.RemoteDecoder, an OpenAI-compatible server. This module imports the
 remote one when the `backend` setting asks for it; the remote module never imports this one.
 """
 
@@ -21,7 +21,6 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from dspark_lsp.completion import (
-    Decoded,
     Decoder,
     Prepared,
     Progress,
@@ -30,27 +29,21 @@ from dspark_lsp.completion import (
     decide_scope,
     finish_text,
     ids_covering,
-    stop_ids,
 )
 from dspark_lsp.contract import CompletionRequest, CompletionResult, CompletionStats, ServiceRecord
 from dspark_lsp.draft_loading import load_draft
-from dspark_lsp.engine.costs import calibrate_forwards, cost_profile
 from dspark_lsp.engine.decode import SpeculativeDecoder
-from dspark_lsp.engine.draft import DraftSource, RecentOutputs
-from dspark_lsp.engine.healing import Heal
+from dspark_lsp.engine.draft import DraftSource
 from dspark_lsp.engine.prefix_cache import PrefixCache
 from dspark_lsp.errors import UserError
-from dspark_lsp.models.gguf_target import weights_kind
-from dspark_lsp.models.packing import is_packed
+from dspark_lsp.local_decoder import LocalDecoder, set_lookup_corpus
 from dspark_lsp.prompt import (
     FimPrompt,
     PromptContext,
     build_fim_prompt,
     detect_repo_format,
-    outside_window_ids,
 )
-from dspark_lsp.quick_answer import EarlyStop, Unfinished
-from dspark_lsp.warm_slices import WarmSlices
+from dspark_lsp.quick_answer import Unfinished
 
 if TYPE_CHECKING:
     from dspark_lsp.remote.service import RemoteDecoder
@@ -58,10 +51,6 @@ if TYPE_CHECKING:
 # Names that moved to dspark_lsp.completion, still importable from here.
 _Shown, _Prepared, _ids_covering = Shown, Prepared, ids_covering
 
-# A background warm-up prefills in slices, the longest a real request waits behind one. Measured on the
-# 0.5B, 961 prompt tokens, 2 threads, quiet host: slices of 64 / 128 / 256 took 6.1 / 4.5 / 3.4 s in all
-# (a slice pays a fixed cost for reading the weights), i.e. up to ~0.4 / 0.6 / 0.9 s of waiting. So 128
-# tokens on the 0.5B, and on a slower model fewer (warm_slices.WarmSlices).
 # How far ahead a warm-up looks for the window's next slide, in typed tokens: about 25 s of typing, while
 # warm-ups come at every typing pause and after every completion, so none is missed; small enough that the
 # slid window is rarely prefilled for a slide the user never reaches.
@@ -72,152 +61,6 @@ ANCHOR_TOKENS = 8
 ANCHOR_CHARS = 200
 
 log = logging.getLogger(__name__)
-
-
-class LocalDecoder:
-    """Our engine on the loaded target and draft: the prefix cache, the speculative decoder and this
-    machine's verify-cost curve (a completion.Decoder)."""
-
-    # The engine can constrain the first tokens, so a prompt may back off its last one (engine.healing).
-    heals = True
-
-    def __init__(self, config: ServiceConfig, target: Any, tokenizer: Any, draft: DraftSource | None) -> None:
-        from dspark_lsp.models.fim import detect_fim_tokens
-
-        self.target = target
-        self.tokenizer = tokenizer
-        self.draft = draft
-        self.stop_ids = stop_ids(detect_fim_tokens(tokenizer))
-        self.prefix_cache = PrefixCache(
-            max_entries=4, max_tokens=4 * max(config.context_window + config.context_budget, 512)
-        )
-        self.engine = SpeculativeDecoder(target, prefix_cache=self.prefix_cache if config.prefix_reuse else None)
-        self.warmed_tokens = 0  # prompt tokens prefilled ahead of requests (warm)
-        self.draft_warmed_tokens = 0  # the same on the draft model's own cache
-        param = next(target.parameters())
-        self.weights = weights_kind(target)
-        # The scheduler needs this machine's verify-cost curve: measured here (1-2 s for the 0.5B on a
-        # CPU; it also finds forward lengths worth padding to), or the published profile for the device
-        # when calibration is off.
-        self.pad_to: dict[int, int] = {}
-        if config.calibrate:
-            plan = calibrate_forwards(target)
-            self.verify_cost_ms, self.pad_to = plan.cost_ms, plan.pad_to
-        else:
-            self.verify_cost_ms = cost_profile(str(param.device), self.weights, packed=is_packed(target))
-        self.warm_slices = WarmSlices.from_verify_cost(self.verify_cost_ms)
-
-    def configure(self, config: ServiceConfig) -> None:
-        self.engine.prefix_cache = self.prefix_cache if config.prefix_reuse else None
-
-    def close(self) -> None:
-        self.prefix_cache.clear()
-
-    def warm(self, fp: FimPrompt, config: ServiceConfig, cancel: threading.Event | None, *,
-             keep_current: bool = False) -> int:
-        if fp.heal:  # the vocabulary's byte table (~0.5 s, once) is built here rather than in a request
-            from dspark_lsp.models.token_bytes import token_table
-
-            token_table(self.tokenizer)
-        done = self._warm_target(fp, config, cancel, keep_current)
-        # A draft model keeps one cache of its own: the current prompt's, never a look-ahead's (which
-        # would replace it). Its prefill is the draft's share of a cold request (the 0.5B drafting for
-        # the 1.5B: ~250 ms a 100 tokens), paid here while the user is not waiting.
-        if self.draft is not None and not keep_current and not (cancel is not None and cancel.is_set()):
-            self.draft_warmed_tokens += self.draft.prefill(fp.ids, cancel)
-        return done
-
-    def _warm_target(self, fp: FimPrompt, config: ServiceConfig, cancel: threading.Event | None,
-                     keep_current: bool) -> int:
-        if not config.prefix_reuse or self.prefix_cache.covered(fp.ids) >= len(fp.ids) - 1:
-            return 0  # nothing to keep it in, or cached already (the decode always feeds the last token)
-        decode_config = replace(config.decode_config(None, self.verify_cost_ms, self.pad_to), max_new_tokens=0,
-                                prefill_chunk=self.warm_slices.size(), keep_others=keep_current)
-        res = self.engine.generate(fp.ids, config=decode_config, draft=self.draft, cancel=cancel)
-        done = 0 if res.stats.stop_reason == "cancelled" else int(res.stats.prefill_tokens)
-        self.warm_slices.observe(done, res.stats.t_prefill)
-        self.warmed_tokens += done
-        return done
-
-    def decode(self, prep: Prepared, config: ServiceConfig, decode_text: Callable[[list[int]], str], *,
-               scheduler_state: tuple[float, ...] | None, cancel: threading.Event | None,
-               on_text: Callable[[str], None] | None) -> Decoded:
-        return self._decode(prep, [], config, decode_text, scheduler_state=scheduler_state, cancel=cancel,
-                            on_text=on_text, deadline=prep.deadline)
-
-    def extend(self, prep: Prepared, head: list[int], config: ServiceConfig,
-               decode_text: Callable[[list[int]], str], *, scheduler_state: tuple[float, ...] | None,
-               cancel: threading.Event | None) -> Decoded:
-        """Decode on from a completion answered early (quick_answer.py), whose tokens so far are ``head``:
-        the prompt plus ``head`` (cached but for its last token), then on to the end. The answer covers
-        ``head`` and what followed, as if the decode had never stopped."""
-        return self._decode(prep, list(head), config, decode_text, scheduler_state=scheduler_state,
-                            cancel=cancel, on_text=None, deadline=None)
-
-    def _decode(self, prep: Prepared, head: list[int], config: ServiceConfig,
-                decode_text: Callable[[list[int]], str], *, scheduler_state: tuple[float, ...] | None,
-                cancel: threading.Event | None, on_text: Callable[[str], None] | None,
-                deadline: float | None) -> Decoded:
-        req, fp, tracker = prep.req, prep.fp, prep.tracker
-        early = EarlyStop(tracker, deadline,
-                          lambda text: finish_text(tracker.probe(), text, prep.after, capped=True)[0])
-
-        def text_of(ids: list[int]) -> str:
-            return decode_text(head + ids)
-
-        def is_key(ids: list[int]) -> bool:
-            return bool(tracker.is_key_next(text_of(ids)))
-
-        def on_tokens(ids: list[int]) -> None:
-            if on_text is not None:
-                on_text(text_of(ids))
-
-        draft = self.draft
-        set_lookup_corpus(draft, lambda: outside_window_ids(req.text, req.offset, fp, self.tokenizer))
-        if draft is not None:
-            draft.set_recent(RecentOutputs(prep.recent, prep.anchor, len(fp.ids)) if prep.recent else None)
-        total = req.max_new_tokens or config.max_new_tokens
-        heal = self.heal_for(fp.heal, head)
-        res = self.engine.generate(
-            fp.ids + head,
-            config=config.decode_config(max(total - len(head), 1), self.verify_cost_ms, self.pad_to),
-            draft=draft,
-            eos_ids=self.stop_ids,
-            is_key=is_key,
-            stop=lambda ids: early(text_of(ids)),
-            on_tokens=on_tokens if on_text is not None else None,
-            cancel=cancel,
-            scheduler_state=scheduler_state,
-            heal=heal,
-        )
-        tokens = head + list(res.tokens)
-        st = res.stats
-        # Stopped by the deadline or a cancel, the last line is as unfinished as one the budget cut short.
-        # Judged on a probe: the tracker itself stays unjudged for a continuation (extend) of this decode.
-        final = tracker.probe()
-        text, cut = finish_text(final, decode_text(tokens), prep.after,
-                                capped=st.stop_reason in ("max_tokens", "cancelled") or early.hit)
-        ids = ids_covering(tokens, len(text), decode_text)
-        # "gguf": the target computes from its GGUF's quantized blocks; else its torch dtype
-        stats = CompletionStats.from_decode(st, latency_ms=prep.elapsed_ms(), draft=getattr(draft, "name", "none"),
-                                            weights=self.weights)
-        cancelled = st.stop_reason == "cancelled"
-        # At the token budget there is nothing left to go on with: an ordinary end.
-        unfinished = early.hit and not cancelled and len(tokens) < total
-        reason = "deadline" if unfinished else st.stop_reason if cut is None or cancelled else "syntax"
-        return Decoded(text, ids, stats, final.scope.value, cancelled, reason, res.scheduler_state,
-                       raw_ids=tokens)
-
-    def heal_for(self, text: str, head: list[int]) -> Heal | None:
-        """The constraint for a prompt that backed off ``text`` (FimPrompt.heal), of which the tokens
-        ``head`` (an early answer's, continued) may have spelled some or all already."""
-        if not text:
-            return None
-        from dspark_lsp.models.token_bytes import token_table
-
-        table = token_table(self.tokenizer)
-        rest = table.left_after(text.encode("utf-8"), head)
-        return Heal(table, rest) if rest else None
 
 
 class CompletionService:
@@ -593,21 +436,15 @@ class RemoteCompletionService(CompletionService):
         return self.decoding.request_body(self.config, prompt, scope, max_new_tokens)
 
 
-def set_lookup_corpus(draft: DraftSource | None, corpus: Callable[[], list[int]]) -> None:
-    """Let the draft's n-gram lookup (if it drafts with one) also search ``corpus()``: for a completion,
-    the document outside the prompt window. ``corpus`` is called only when there is a lookup to take it.
-    The benchmarks set their drafts up through this too."""
-    if draft is not None:
-        draft.set_corpus(corpus)
-
-
 __all__ = [
     "CompletionRequest",
     "CompletionResult",
     "CompletionService",
+    "LocalDecoder",
     "Progress",
     "RemoteCompletionService",
     "ServiceConfig",
     "decide_scope",
     "finish_text",
+    "set_lookup_corpus",
 ]
