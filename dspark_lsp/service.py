@@ -221,7 +221,9 @@ class CompletionService:
             recent = tuple(self._outputs.get(req.doc_key, ()))
         quick = req.automatic and cfg.quick_answer_ms > 0
         deadline = t0 + cfg.quick_answer_ms / 1000 if quick else None
-        return Prepared(req, t0, before, after, scope, fp, tracker, recent, self._anchor(fp.prefix), deadline)
+        # The anchor ends where the prompt does: a healed prompt's output starts by spelling its backed-off text.
+        anchor = self._anchor(fp.prefix[: len(fp.prefix) - len(fp.heal)])
+        return Prepared(req, t0, before, after, scope, fp, tracker, recent, anchor, deadline)
 
     def warm(self, req: CompletionRequest, cancel: threading.Event | None = None) -> int:
         """Prefill the prompt a completion at ``req`` would use into the prefix cache, answering nothing:

@@ -34,7 +34,9 @@ def test_the_shown_text_follows_the_healed_text(tiny_models: tuple[Path, Path]) 
     assert fp.heal and doc.endswith(fp.heal)
     result = service.complete(req)
     # The target's raw output (kept per document after the prompt's anchor) spells the healed text first.
-    kept = service._outputs["file:///a.py"][-1][len(service._anchor(fp.prefix)):]
+    anchor = service._anchor(fp.prefix[: -len(fp.heal)])
+    assert list(anchor) == service.tokenizer.encode(doc[: -len(fp.heal)], add_special_tokens=False)[-len(anchor):]
+    kept = service._outputs["file:///a.py"][-1][len(anchor):]
     raw = service._decoder_text()(list(kept))
     assert raw.startswith(fp.heal)
     assert raw[len(fp.heal):].startswith(result.text) and service._decoder_text(fp.heal)(list(kept)) == raw[len(fp.heal):]
