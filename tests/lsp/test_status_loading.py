@@ -95,17 +95,17 @@ def test_a_disabled_load_says_nothing_more() -> None:
 def test_the_real_load_reports_ready_only_after_calibration(tiny_models: Any, monkeypatch: Any) -> None:
     """CompletionService.load's last step is "ready" at 1.0, sent after the calibration that __init__ runs
     (it times the target's forwards: seconds; "ready" before it left the bar at 100% meanwhile)."""
-    import dspark_lsp.service as service_mod
+    import dspark_lsp.local_decoder as decoder_mod
     from dspark_lsp.service import CompletionService, ServiceConfig
 
     seen: list[tuple[str, float | None]] = []
-    real = service_mod.calibrate_forwards
+    real = decoder_mod.calibrate_forwards
 
     def calibrate(target: Any) -> Any:
         seen.append(("<calibrating>", None))
         return real(target)
 
-    monkeypatch.setattr(service_mod, "calibrate_forwards", calibrate)
+    monkeypatch.setattr(decoder_mod, "calibrate_forwards", calibrate)
     target, _ = tiny_models
     cfg = ServiceConfig(model=str(target), draft_model="ngram", max_new_tokens=3, context_window=64,
                         pack_weights="off", dtype="float32", device="cpu")

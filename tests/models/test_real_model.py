@@ -53,10 +53,16 @@ def test_complete_example_equals_generate() -> None:
     assert ids and obj["stats"]["tokens"] >= len(ids) and obj["stats"]["target_forwards"] >= 1
     source = (REPO / "examples" / "fib.py").read_text()
     cursor = source.index("+ 1):\n        ") + len("+ 1):\n        ")
-    assert prompt.startswith("<|fim_prefix|>") and prompt.endswith("<|fim_middle|>")
-    assert source[:cursor] in prompt and "    return result" in prompt
+    # Suffix first, token healing on (the defaults): the prompt ends before the text it left the model to spell.
+    head = "<|fim_prefix|><|fim_suffix|>"
+    assert prompt.startswith(head) and "<|fim_middle|>" in prompt and "    return result" in prompt
+    shown_prefix = prompt.split("<|fim_middle|>", 1)[1]
+    heal = source[:cursor][len(shown_prefix):]
+    assert source[:cursor].startswith(shown_prefix) and heal
 
+    from dspark_lsp.engine.healing import Heal
     from dspark_lsp.models.loader import load_causal_lm
+    from dspark_lsp.models.token_bytes import token_table
 
     # The same resolution as the CLI's defaults (device "auto", dtype "auto").
     model: Any
@@ -65,9 +71,17 @@ def test_complete_example_equals_generate() -> None:
     prompt_ids = tokenizer(prompt, add_special_tokens=False).input_ids
     assert obj["stats"]["prompt_tokens"] == len(prompt_ids)
     device = next(model.parameters()).device
-    x = torch.tensor([prompt_ids], device=device)
+    # The healed tokens: the model's argmax among the tokens that agree with the text left to spell.
+    table, rest, healed = token_table(tokenizer), heal.encode(), 0
     with torch.no_grad():
-        out = model.generate(x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=len(ids))
-    assert out[0, len(prompt_ids) :].tolist() == ids
+        while rest:
+            logits = model(torch.tensor([prompt_ids + ids[:healed]], device=device)).logits[0, -1].float().cpu()
+            assert int(torch.argmax(Heal(table, rest).restrict(logits, rest))) == ids[healed]
+            rest = table.advance(rest, ids[healed])
+            healed += 1
+        # Then the target's plain greedy decode.
+        x = torch.tensor([prompt_ids + ids[:healed]], device=device)
+        out = model.generate(x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=len(ids) - healed)
+    assert out[0, len(prompt_ids) + healed :].tolist() == ids[healed:]
     decoded = tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
-    assert decoded.startswith(text)
+    assert decoded.startswith(heal + text)
