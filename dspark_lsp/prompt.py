@@ -96,6 +96,14 @@ class FimPrompt:
     heal: str = ""
 
 
+def text_after_heal(text: str, heal: str) -> str:
+    """Decoded output less the healed text it starts with (``FimPrompt.heal``, already in the document):
+    what the completion adds at the cursor; nothing while the healed text is not all spelled out."""
+    if not heal:
+        return text
+    return text[len(heal):] if text.startswith(heal) else ""
+
+
 def _encode(tokenizer: _Tokenizer, text: str) -> list[int]:
     return list(tokenizer.encode(text, add_special_tokens=False)) if text else []
 

@@ -42,6 +42,7 @@ from dspark_lsp.prompt import (
     PromptContext,
     build_fim_prompt,
     detect_repo_format,
+    text_after_heal,
 )
 from dspark_lsp.quick_answer import Unfinished
 
@@ -358,9 +359,8 @@ class CompletionService:
         tok = self.tokenizer
 
         def decode(ids: list[int]) -> str:
-            text = str(tok.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False))
-            if heal:
-                text = text[len(heal):] if text.startswith(heal) else ""
+            text = text_after_heal(str(tok.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)),
+                                   heal)
             # A multi-byte character split across tokens decodes to U+FFFD until its last byte arrives;
             # never show (or judge syntax on) half a character.
             return text.rstrip("\ufffd")

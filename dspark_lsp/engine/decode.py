@@ -308,7 +308,7 @@ class SpeculativeDecoder:
         agree with the bytes left to spell."""
         heal = call.heal if state.heal_rest else None
         if heal is not None:
-            logits = heal.restrict(logits, state.heal_rest)
+            logits = heal.table.restrict(logits, state.heal_rest)
         tok = pick_token(logits, call.config.temperature, self.vocab_size, state.generator)
         if heal is not None:
             state.heal_rest = heal.table.advance(state.heal_rest, tok)

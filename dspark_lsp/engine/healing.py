@@ -69,6 +69,14 @@ class TokenTable:
             raise ValueError(f"token {token} is not consistent with the bytes being healed")
         return rest[len(piece):]
 
+    def restrict(self, logits: torch.Tensor, rest: bytes) -> torch.Tensor:
+        """``logits`` (one row) with every token that cannot come next while ``rest`` is left set to -inf."""
+        ids = self.allowed(rest)
+        out = torch.full_like(logits, float("-inf"))
+        keep = ids[ids < logits.shape[-1]]
+        out[keep] = logits[keep]
+        return out
+
     def left_after(self, rest: bytes, tokens: Sequence[int]) -> bytes:
         """What is left to spell after ``tokens`` were generated from ``rest`` (b"": healed)."""
         for tok in tokens:
@@ -84,11 +92,3 @@ class Heal:
 
     table: TokenTable
     rest: bytes
-
-    def restrict(self, logits: torch.Tensor, rest: bytes) -> torch.Tensor:
-        """``logits`` (one row) with every token that cannot come next set to -inf."""
-        ids = self.table.allowed(rest)
-        out = torch.full_like(logits, float("-inf"))
-        keep = ids[ids < logits.shape[-1]]
-        out[keep] = logits[keep]
-        return out

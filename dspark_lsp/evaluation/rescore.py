@@ -14,7 +14,8 @@ from dspark_lsp.errors import UserError
 from dspark_lsp.evaluation.execution import DEFAULT_TIMEOUT_S
 from dspark_lsp.evaluation.problems import Problem
 from dspark_lsp.evaluation.report import attempt_from_json
-from dspark_lsp.evaluation.runner import SERVICE, Record, check_of, judge, strip_heal
+from dspark_lsp.evaluation.runner import SERVICE, Record, check_of, judge
+from dspark_lsp.prompt import text_after_heal
 
 
 def recut(
@@ -36,7 +37,7 @@ def recut(
     # The raw output went on past the budget: the service's decode ended on it (unless a stop came first,
     # which the tracker finds either way).
     capped = len(raw_ids) > max_new_tokens
-    full = strip_heal(full.rstrip("\ufffd"), heal)
+    full = text_after_heal(full.rstrip("\ufffd"), heal)
     text, _ = finish_text(tracker, full, problem.text[problem.offset :], capped=capped)
     return text, tracker.scope.value
 

@@ -18,6 +18,7 @@ from dspark_lsp.evaluation.execution import DEFAULT_TIMEOUT_S, passes
 from dspark_lsp.evaluation.metrics import edit_similarity, exact_match, length_of
 from dspark_lsp.evaluation.oracle import oracle_cut
 from dspark_lsp.evaluation.problems import Problem
+from dspark_lsp.prompt import text_after_heal
 
 SERVICE, RAW, ORACLE, LLAMACPP = "service", "raw", "oracle_cut", "llamacpp_infill"
 METHODS = (SERVICE, RAW, ORACLE, LLAMACPP)
@@ -151,14 +152,7 @@ def raw_output(service: Any, problem: Problem, max_tokens: int) -> tuple[str, li
     text = str(
         service.tokenizer.decode(res.tokens, skip_special_tokens=False, clean_up_tokenization_spaces=False)
     )
-    return strip_heal(text.rstrip("\ufffd"), fp.heal), list(res.tokens), fp.heal
-
-
-def strip_heal(text: str, heal: str) -> str:
-    """The text after the healed part (nothing while it is not all spelled out)."""
-    if not heal:
-        return text
-    return text[len(heal):] if text.startswith(heal) else ""
+    return text_after_heal(text.rstrip("\ufffd"), fp.heal), list(res.tokens), fp.heal
 
 
 def evaluate_problem(service: Any, problem: Problem, cfg: RunConfig, peer: Completer | None = None) -> Record:

@@ -61,7 +61,7 @@ def _constrained_greedy(target: Any, prompt: list[int], table: TokenTable, rest:
     for _ in range(n):
         logits = target(torch.tensor([ids])).logits[0, -1, :VOCAB]
         if rest:
-            logits = Heal(table, rest).restrict(logits, rest)
+            logits = table.restrict(logits, rest)
         tok = int(torch.argmax(logits))
         if rest:
             rest = table.advance(rest, tok)

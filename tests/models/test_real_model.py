@@ -60,7 +60,6 @@ def test_complete_example_equals_generate() -> None:
     heal = source[:cursor][len(shown_prefix):]
     assert source[:cursor].startswith(shown_prefix) and heal
 
-    from dspark_lsp.engine.healing import Heal
     from dspark_lsp.models.loader import load_causal_lm
     from dspark_lsp.models.token_bytes import token_table
 
@@ -76,7 +75,7 @@ def test_complete_example_equals_generate() -> None:
     with torch.no_grad():
         while rest:
             logits = model(torch.tensor([prompt_ids + ids[:healed]], device=device)).logits[0, -1].float().cpu()
-            assert int(torch.argmax(Heal(table, rest).restrict(logits, rest))) == ids[healed]
+            assert int(torch.argmax(table.restrict(logits, rest))) == ids[healed]
             rest = table.advance(rest, ids[healed])
             healed += 1
         # Then the target's plain greedy decode.

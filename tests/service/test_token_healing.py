@@ -75,7 +75,6 @@ def test_healed_completions_are_the_targets_constrained_greedy_output(
     the healing constraint (full recompute, one token at a time)."""
     import torch
 
-    from dspark_lsp.engine.healing import Heal
     from dspark_lsp.models.token_bytes import token_table
 
     spec = str(tiny_models[1]) if draft == "model" else draft
@@ -89,7 +88,7 @@ def test_healed_completions_are_the_targets_constrained_greedy_output(
     for _ in range(len(result.completion_ids)):
         logits = tiny_target(torch.tensor([ids])).logits[0, -1]  # type: ignore[operator]
         if rest:
-            logits = Heal(table, rest).restrict(logits, rest)
+            logits = table.restrict(logits, rest)
         tok = int(torch.argmax(logits[: service.decoder.vocab_size]))
         rest = table.left_after(rest, [tok])
         ids.append(tok)
