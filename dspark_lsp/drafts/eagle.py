@@ -149,6 +149,8 @@ def eagle_state(draft: Any, embed: Any, consts: Constants) -> dict[str, Any]:
     cfg = draft.cfg
     if cfg.n_layers != 1:
         raise UserError(f"vLLM's EAGLE-1 layout has one decoder layer; this draft has {cfg.n_layers}")
+    if cfg.width != cfg.d_model:
+        raise UserError(f"vLLM's EAGLE-1 layer is as wide as the target's features ({cfg.width}); this draft's is {cfg.d_model}")
     d, eps = cfg.d_model, cfg.norm_eps
     w_e, w_f = draft.norm_e.weight.float(), draft.norm_f.weight.float()
     fc = draft.fc.weight.float()  # [d, 2d]: columns for norm_e(e), then for norm_f(f)

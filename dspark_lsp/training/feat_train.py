@@ -46,6 +46,12 @@ class FeatTrainConfig:
     # vocabulary to write there, so a draft for another target of the same tokenizer (the 1.5B) starts
     # without the token draft's run (the corpus split then follows train-draft's defaults).
     vocab_from: str = ""
+    # The layer's width; 0: the target's hidden size. A narrower layer reads and predicts the target's
+    # features through fc and an output map (FeatDraftConfig.feat_dim), as a transferred draft does.
+    d_model: int = 0
+    # A saved draft (an export directory) whose weights start a new run in place of random ones, e.g. the
+    # 1.5B's draft made from the 0.5B's by training/transfer.py; its shape overrides d_model/n_heads/d_ff.
+    init_from: str = ""
     n_heads: int = 0  # 0: from the target's hidden size (heads of 64: 14 for the 0.5B, 24 for the 1.5B)
     d_ff: int = 0  # 0: from the target's hidden size (19/7 of it, a multiple of 64: 2 432 / 4 160)
     n_layers: int = 1
@@ -292,17 +298,33 @@ def _corpus_vocab(cfg: FeatTrainConfig) -> DraftVocab:
 
 
 def _new_model(cfg: FeatTrainConfig, vocab: DraftVocab, emb_table: torch.Tensor, head_rows: torch.Tensor) -> FeatDraft:
-    """A fresh draft (seeded) sized to the target's embeddings, on ``cfg.device``."""
+    """A fresh draft (seeded) sized to the target's embeddings, or the one ``cfg.init_from`` holds, on
+    ``cfg.device``."""
     hidden = int(emb_table.shape[1])
-    heads, width = draft_shape(hidden, cfg.n_heads, cfg.d_ff)
-    net_cfg = FeatDraftConfig(d_model=hidden, n_heads=heads, d_ff=width, n_layers=cfg.n_layers,
-                              vocab_size=vocab.size, target_vocab_size=vocab.target_vocab_size)
+    if cfg.init_from:
+        return _initial_model(cfg, vocab, hidden)
+    d_model = cfg.d_model or hidden
+    heads, width = draft_shape(d_model, cfg.n_heads, cfg.d_ff)
+    net_cfg = FeatDraftConfig(d_model=d_model, n_heads=heads, d_ff=width, n_layers=cfg.n_layers,
+                              vocab_size=vocab.size, target_vocab_size=vocab.target_vocab_size,
+                              feat_dim=hidden if d_model != hidden else 0)
     torch.manual_seed(cfg.seed)
     model = FeatDraft(net_cfg)
     with torch.no_grad():
         model.head.weight.copy_(head_rows)  # start from the target's own output head
     model.to(cfg.device)
     return model
+
+
+def _initial_model(cfg: FeatTrainConfig, vocab: DraftVocab, hidden: int) -> FeatDraft:
+    """The draft saved at ``cfg.init_from``, checked against this run's target and vocabulary."""
+    from dspark_lsp.drafts.io import load_feat_draft
+
+    model, saved_vocab, _ = load_feat_draft(Path(cfg.init_from).expanduser())
+    if model.cfg.width != hidden or not torch.equal(saved_vocab.target_ids, vocab.target_ids):
+        raise UserError(f"{cfg.init_from} reads {model.cfg.width}-wide features over another vocabulary than "
+                        f"this run's target ({hidden}) and corpus file")
+    return model.to(cfg.device)
 
 
 def _open_run_dir(cfg: FeatTrainConfig, model: FeatDraft, opt: torch.optim.Optimizer) -> int:

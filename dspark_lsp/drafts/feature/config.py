@@ -11,7 +11,11 @@ from dspark_lsp.errors import UserError
 
 @dataclass
 class FeatDraftConfig(BlockConfig):
-    """``d_model`` must equal the target's hidden size (the draft reads and predicts target features).
+    """``feat_dim`` is the target's hidden size (the draft reads and predicts target features); 0 means
+    ``d_model``, the shape of every draft before the 1.5B's. A narrower layer (``d_model < feat_dim``)
+    maps the inputs down in ``fc`` and its output back up through ``out``: the layer's cost then follows
+    ``d_model`` while what it predicts stays in the target's feature space (the 1.5B draft starts from
+    the 0.5B's trained 896-wide layer, training/transfer.py).
 
     ``vocab_size`` is the reduced output vocabulary (UNK, MASK, then kept target ids, as the token draft);
     inputs use the target's own full embedding table, which is not stored with the draft.
@@ -37,6 +41,7 @@ class FeatDraftConfig(BlockConfig):
     block_size: int = 0
     markov_rank: int = 0
     confidence_head: bool = False
+    feat_dim: int = 0
     KIND: ClassVar[str] = "feature draft"
 
     def __post_init__(self) -> None:
@@ -48,3 +53,10 @@ class FeatDraftConfig(BlockConfig):
             raise UserError("block_size must be 0 (no block step) or 2..16")
         if self.markov_rank < 0:
             raise UserError("markov_rank must be >= 0")
+        if self.feat_dim < 0:
+            raise UserError("feat_dim must be >= 0 (0: the same as d_model)")
+
+    @property
+    def width(self) -> int:
+        """The size of the target features the draft reads and predicts."""
+        return self.feat_dim or self.d_model

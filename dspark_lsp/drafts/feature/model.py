@@ -27,25 +27,29 @@ class FeatDraft(nn.Module):
         super().__init__()
         self.cfg = cfg
         # Target embeddings and features live on different scales: normalise each before mixing.
-        self.norm_e = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.norm_f = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.fc = nn.Linear(2 * cfg.d_model, cfg.d_model, bias=False)
+        width = cfg.width
+        self.norm_e = RMSNorm(width, cfg.norm_eps)
+        self.norm_f = RMSNorm(width, cfg.norm_eps)
+        self.fc = nn.Linear(2 * width, cfg.d_model, bias=False)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
-        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        # A layer narrower than the target's features hands its output back up to their size, so the
+        # output is still read as the next feature (fed back, and scored by the target-shaped head).
+        self.out = nn.Linear(cfg.d_model, width, bias=False) if width != cfg.d_model else None
+        self.head = nn.Linear(width, cfg.vocab_size, bias=False)
         self.inv_freq: torch.Tensor
         self.register_buffer("inv_freq", rope_inv_freq(cfg.head_dim, cfg.rope_theta), persistent=False)
         # A block after an anchor: offset 1 reads the anchor's predicted feature (the draft's guess of the
         # next true feature) and the embedding of the token the anchor chose - exactly an autoregressive
         # step's inputs. Offsets 2 .. block_size - 1 cannot know their token yet: they read the same
         # feature with a learned stand-in for the embedding, one per offset, and see offset 1's key.
-        self.block_in = nn.Parameter(torch.zeros(cfg.block_size - 2, cfg.d_model)) if cfg.block_size >= 3 else None
+        self.block_in = nn.Parameter(torch.zeros(cfg.block_size - 2, width)) if cfg.block_size >= 3 else None
         rank = cfg.markov_rank
         self.markov_in = nn.Embedding(cfg.vocab_size, rank) if rank else None
         self.markov_out = nn.Linear(rank, cfg.vocab_size, bias=False) if rank else None
         # The confidence head is a plain weight vector, not an nn.Linear, so the CPU int8 pass over the
         # draft's products (quant/requantize) leaves its calibration alone. Its bias is one per
         # (kind, step): kind 0 = autoregressive steps (and a block's anchor), 1 = masked offsets.
-        self.conf = nn.Parameter(torch.zeros(cfg.d_model + rank)) if cfg.confidence_head else None
+        self.conf = nn.Parameter(torch.zeros(width + rank)) if cfg.confidence_head else None
         self.conf_step = nn.Parameter(torch.zeros(2, 16)) if cfg.confidence_head else None
         for m in self.modules():
             if isinstance(m, nn.Linear):
@@ -66,15 +70,16 @@ class FeatDraft(nn.Module):
         mask: torch.Tensor | None = None,
         cache: KVCache | None = None,
     ) -> torch.Tensor:
-        """emb, feat: [B, T, d]; positions [B, T]; mask bool [B|1, 1, T, S] or None (causal).
-        Returns g [B, T, d], the predicted next features (``logits(g)`` gives tokens)."""
+        """emb, feat: [B, T, width]; positions [B, T]; mask bool [B|1, 1, T, S] or None (causal).
+        Returns g [B, T, width], the predicted next features (``logits(g)`` gives tokens)."""
         dtype = self.norm_e.weight.dtype  # (fc may be a packed stand-in without .weight)
         x = self.fc(torch.cat([self.norm_e(emb.to(dtype)), self.norm_f(feat.to(dtype))], dim=-1))
         return self.body(x, positions, mask, cache)
 
     def body(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
              cache: KVCache | None) -> torch.Tensor:
-        """The decoder layer(s) over inputs ``x`` [B, T, d] (after ``fc``, or a block's learned inputs)."""
+        """The decoder layer(s) over inputs ``x`` [B, T, d_model] (after ``fc``, or a block's learned inputs),
+        then ``out`` where the layer is narrower than the features: [B, T, width]."""
         if mask is None:
             mask = causal_mask(0 if cache is None else cache.length, x.shape[1], x.device)
         dtype = self.norm_e.weight.dtype
@@ -82,7 +87,7 @@ class FeatDraft(nn.Module):
         cos, sin = angles.cos()[:, None].to(dtype), angles.sin()[:, None].to(dtype)
         for i, block in enumerate(self.blocks):
             x = block(x, cos, sin, mask, cache, i)
-        return x
+        return x if self.out is None else self.out(x)
 
     @property
     def has_block(self) -> bool:

@@ -197,9 +197,9 @@ def load_feature_draft(
 
     hidden = int(getattr(target.config, "hidden_size", -1))
     vocab_size = int(getattr(target.config, "vocab_size", -1))
-    if hidden != model.cfg.d_model or vocab_size != vocab.target_vocab_size:
+    if hidden != model.cfg.width or vocab_size != vocab.target_vocab_size:
         raise ModelError(
-            f"feature draft {Path(str(path)).name} reads a target with hidden size {model.cfg.d_model} and "
+            f"feature draft {Path(str(path)).name} reads a target with hidden size {model.cfg.width} and "
             f"{vocab.target_vocab_size} tokens; this target has {hidden} and {vocab_size}: use it with the "
             "target it was trained for, or pick another draft (draftModel)"
         )
