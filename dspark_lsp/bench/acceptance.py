@@ -298,12 +298,20 @@ def build_parser() -> argparse.ArgumentParser:
                     help="--make-set through our engine with this many prompts per language, e.g. "
                          "python=20,javascript=20,c=10,cpp=10,typescript=10 (held-out files of every root)")
     ap.add_argument("--target-dtype", default="float32", help="the target's dtype (gguf: the 4-bit target)")
+    ap.add_argument("--prompts-from", default="",
+                    help="--make-set through our engine on the prompts (and languages) of this set: another "
+                         "target's continuations of the same held-out prompts")
     return ap
 
 
 def make_set(a: argparse.Namespace, path: Path) -> None:
     """--make-set: run the target once over held-out prompts and cache its continuations at ``path``."""
-    if a.languages:
+    if a.prompts_from:
+        # The same prompts as another target's set (its held-out files may not be on this machine).
+        given = load_set(Path(a.prompts_from), a.limit)["items"]
+        data = engine_continuations(a.target, [(it["language"], it["prompt"]) for it in given],
+                                    a.max_new_tokens, a.target_dtype, a.threads)
+    elif a.languages:
         per = {k: int(v) for k, v in (part.split("=") for part in a.languages.split(","))}
         from dspark_lsp.models.loader import resolve_model
 
@@ -332,7 +340,8 @@ def cli_draft(a: argparse.Namespace, data: dict[str, Any]) -> tuple[DraftSource,
     if a.draft == "ngram":
         return build_draft(DraftSpec("ngram")), None
     src: DraftSource
-    src, feats = replay_draft(a.draft, data, a.target, a.threads, a.features_cache)
+    # The target's features in --target-dtype: gguf scores a draft on what the served 4-bit target gives it.
+    src, feats = replay_draft(a.draft, data, a.target, a.threads, a.features_cache, a.target_dtype)
     if a.hybrid:
         src = with_lookup(src, LookupSpec(max_ngram=4, min_ngram=1, min_confidence=a.hybrid_min_conf))
     return src, feats
