@@ -59,6 +59,14 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     p.add_argument(
         "--lookup-tokens", type=int, default=10, help="draft length of llamacpp_lookup (as hf_prompt_lookup's)"
     )
+    p.add_argument(
+        "--llamacpp-spec-bin", default=None, metavar="PATH",
+        help="llamacpp_draft's llama.cpp binary, llama-speculative-simple (default: $DSPARK_LLAMACPP_SPEC_BIN)",
+    )
+    p.add_argument(
+        "--llamacpp-draft-max", type=int, default=0, metavar="N",
+        help="llamacpp_draft's draft length, --spec-draft-n-max (default 0: the binary's own, 3)",
+    )
     p.add_argument("--json", dest="json_out", default=None, metavar="OUT", help="write results as JSON")
     p.add_argument("--forward-cost", action="store_true", help="also time target/draft forwards of n tokens")
     p.add_argument("--syntax", action="store_true", help="also report syntax classification cost per step")

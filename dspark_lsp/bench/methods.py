@@ -1,8 +1,9 @@
 """The bench's methods as named presets: which engine runs each one and how it is configured.
 
-Three kinds: our decode loop (`LoopMethod`: the target alone, or the pair's draft with the service's
-decode settings and one thing changed), Hugging Face's ``generate`` (`HfMethod`) and llama.cpp on the
-target's GGUF file (`LlamaCppMethod`). `bench.cli` lists them for ``--methods``; `bench.run` runs them.
+Four kinds: our decode loop (`LoopMethod`: the target alone, or the pair's draft with the service's
+decode settings and one thing changed), Hugging Face's ``generate`` (`HfMethod`), llama.cpp on the
+target's GGUF file (`LlamaCppMethod`) and llama.cpp's own draft-model speculative binary
+(`LlamaCppSpecMethod`). `bench.cli` lists them for ``--methods``; `bench.run` runs them.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from dspark_lsp.engine.config import DraftMode
+from dspark_lsp.models.registry import QWEN_05B
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,19 @@ class LlamaCppMethod:
     engine: ClassVar[str] = "llamacpp"
 
 
-Method = LoopMethod | HfMethod | LlamaCppMethod
+@dataclass(frozen=True)
+class LlamaCppSpecMethod:
+    """llama.cpp's draft-model speculative decoding: its ``llama-speculative-simple`` binary (built apart,
+    --llamacpp-spec-bin: skipped when missing) on the target's GGUF file with ``draft``'s as its draft."""
+
+    name: str
+    draft: str = QWEN_05B.name  # a registry model: the Qwen2.5-Coder family shares one vocabulary
+    ablation: bool = False
+
+    engine: ClassVar[str] = "llamacpp"
+
+
+Method = LoopMethod | HfMethod | LlamaCppMethod | LlamaCppSpecMethod
 
 PRESETS: tuple[Method, ...] = (
     LoopMethod("target_only", draft=False),
@@ -71,6 +85,7 @@ PRESETS: tuple[Method, ...] = (
     HfMethod("hf_prompt_lookup", prompt_lookup_tokens=10),
     LlamaCppMethod("llamacpp_greedy"),
     LlamaCppMethod("llamacpp_lookup", lookup=True),
+    LlamaCppSpecMethod("llamacpp_draft"),
     LoopMethod("fixed_k", k_policy="fixed", draft_mode="plain"),
     LoopMethod("dspark"),
     # Ablations: the same draft with one part of DSpark switched off.

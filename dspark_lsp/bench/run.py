@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from dspark_lsp.bench import llamacpp_spec
 from dspark_lsp.bench.fp32_reference import fp32_reference
 from dspark_lsp.bench.llamacpp import LlamaCppRunner, llamacpp_missing
 from dspark_lsp.bench.methods import BY_NAME, METHODS, HfMethod, LlamaCppMethod, LoopMethod, Method
@@ -88,6 +89,7 @@ class Bench:
     calibration: Calibration
     fp32_decoder: SpeculativeDecoder | None = None
     llama: dict[str, LlamaCppRunner] = field(default_factory=dict)
+    spec: dict[str, llamacpp_spec.LlamaCppSpecRunner] = field(default_factory=dict)  # llamacpp_draft's
 
     @property
     def target(self) -> Any:
@@ -160,6 +162,8 @@ def run_bench(args: argparse.Namespace) -> int:
     bench = _load(args, presets)
     results = _initial_results(bench, presets)
     _start_llamacpp(bench, presets, results)
+    bench.spec = llamacpp_spec.start_spec_runners(args, bench.pair.target, [pp.ids for pp in bench.prepared],
+                                                  bench.decode_text, bench.service.tokenizer, presets, results, _log)
     _warm_fp32(bench, results)
     log = _log
     log(f"{len(bench.prepared)} prompts x {len(presets)} methods, max_new_tokens={args.max_new_tokens}")
@@ -302,7 +306,10 @@ def _initial_results(bench: Bench, presets: list[Method]) -> dict[str, MethodRes
         if isinstance(p, HfMethod):
             r.counts_forwards = False
             r.prefill_split = False
-        r.skipped = lcpp_missing if isinstance(p, LlamaCppMethod) else _skip_reason(bench, p)
+        if isinstance(p, llamacpp_spec.LlamaCppSpecMethod):
+            r.skipped = llamacpp_spec.spec_bin_missing(bench.args.llamacpp_spec_bin)
+        else:
+            r.skipped = lcpp_missing if isinstance(p, LlamaCppMethod) else _skip_reason(bench, p)
         results[p.name] = r
     return results
 
@@ -362,14 +369,17 @@ def _run_method(bench: Bench, preset: Method, pp: Prepared, r: MethodResult) -> 
     """One method on one prompt, timed, added to ``r`` (and pass@1 scored where the prompt has a test)."""
     tracker = pp.tracker_factory()
     t0 = time.perf_counter()
-    forwards = 0
+    forwards, seconds = 0, None  # seconds: a method timed by itself (llamacpp_draft's binary loads two models)
     if isinstance(preset, HfMethod):
         out = _run_hf(bench, preset, pp)
     elif isinstance(preset, LlamaCppMethod):
         out, forwards = _run_llamacpp(bench, preset, pp, r)
+    elif isinstance(preset, llamacpp_spec.LlamaCppSpecMethod):
+        out, forwards, seconds = llamacpp_spec.run_spec(bench.spec[preset.name], pp.prompt.id, pp.ids,
+                                                        bench.decode_text(pp.ids), bench.args.max_new_tokens, r)
     else:
         out, forwards = _run_loop(bench, preset, pp, r, tracker)
-    r.add_output(out, time.perf_counter() - t0, forwards, pp.language or "plain")
+    r.add_output(out, time.perf_counter() - t0 if seconds is None else seconds, forwards, pp.language or "plain")
     if pp.prompt.test and pp.prompt.entry_point:
         text = bench.decode_text(out)
         cut = pp.tracker_factory().stop_index(text, final=True)
@@ -458,6 +468,7 @@ def _finish(bench: Bench, results: dict[str, MethodResult]) -> None:
         report["forward_cost_ms"] = _forward_costs(target, bench.draft, context=args.context_window, peer=peer)
     if args.syntax:
         report["syntax_step_cost"] = _syntax_costs()
+    llamacpp_spec.annotate_report(report, bench.spec, results, bench.decode_text)
     print_table(report)
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(report, indent=2))
