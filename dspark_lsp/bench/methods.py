@@ -33,6 +33,8 @@ class LoopMethod:
     # The n-gram lookup also searches the document outside the prompt window, as the server's does.
     lookup_outside_window: bool = True
     needs_model_draft: bool = False  # AR or parallel steps only: meaningless for an n-gram-only pair
+    # The pair's n-gram lookup without the draft model behind it: what the model adds, in one process.
+    lookup_only: bool = False
     ablation: bool = False  # not run unless asked for
 
     engine: ClassVar[str] = "dspark"
@@ -96,6 +98,7 @@ PRESETS: tuple[Method, ...] = (
     LoopMethod("dspark_relaxed", relaxed=True),
     LoopMethod("draft_ar_only", draft_mode="ar", needs_model_draft=True, ablation=True),
     LoopMethod("draft_parallel_only", draft_mode="parallel", needs_model_draft=True, ablation=True),
+    LoopMethod("dspark_lookup_only", lookup_only=True, ablation=True),
 )
 
 BY_NAME: dict[str, Method] = {m.name: m for m in PRESETS}

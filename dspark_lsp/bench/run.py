@@ -324,6 +324,8 @@ def _skip_reason(bench: Bench, p: LoopMethod | HfMethod) -> str | None:
         return "needs a draft model (AR + parallel steps); the pair drafts by n-gram only"
     if p.draft and draft is None:
         return "no draft source (pair has draft 'none')"
+    if p.lookup_only and getattr(draft, "ngram", None) is None:  # a hybrid's lookup link
+        return "needs a draft model behind n-gram lookup; the pair drafts by n-gram only"
     return bench.fp32_skip if p.fp32 else None
 
 
@@ -411,7 +413,7 @@ def _run_llamacpp(bench: Bench, preset: LlamaCppMethod, pp: Prepared, r: MethodR
 
 def _run_loop(bench: Bench, preset: LoopMethod, pp: Prepared, r: MethodResult, tracker: Any) -> tuple[list[int], int]:
     """Our decode loop, with the pair's draft set up as the service sets it up for a completion."""
-    src = bench.draft if preset.draft else None
+    src = (getattr(bench.draft, "ngram", None) if preset.lookup_only else bench.draft) if preset.draft else None
     dec = bench.service.decoder
     if preset.fp32:
         assert bench.fp32_decoder is not None

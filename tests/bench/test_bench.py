@@ -166,3 +166,19 @@ def test_bench_json_into_a_new_folder_is_written_and_a_directory_is_refused_befo
     rc = main([*base, "--json", str(tmp_path)])
     _out, err = capsys.readouterr()
     assert rc == 2 and err.strip().splitlines() == [f"dspark-lsp: error: --json {tmp_path} is a directory; give a file name"]
+
+
+def test_lookup_only_drops_the_draft_model_behind_the_pairs_lookup(tiny_models: tuple[Path, Path], tmp_path: Path) -> None:
+    """`dspark_lookup_only` decodes with the hybrid draft's n-gram link alone (no draft forwards, same
+    output); a pair that drafts by n-gram only has no model to drop, so the method is skipped there."""
+    target, draft = tiny_models
+    base = ["bench", "--model", str(target), "--corpus", str(REPO / "bench" / "corpus"), "--humaneval", "none",
+            "--limit", "1", "--max-new-tokens", "8", "--threads", "1", "--methods", "target_only,dspark,dspark_lookup_only"]
+    out = tmp_path / "hybrid.json"
+    assert main([*base, "--draft", str(draft), "--json", str(out)]) == 0
+    methods = json.loads(out.read_text())["methods"]
+    assert methods["dspark"]["draft_forwards"] > 0
+    assert methods["dspark_lookup_only"]["identical"] is True and methods["dspark_lookup_only"]["draft_forwards"] == 0
+    out = tmp_path / "ngram.json"
+    assert main([*base, "--draft", "ngram", "--json", str(out)]) == 0
+    assert "n-gram only" in json.loads(out.read_text())["methods"]["dspark_lookup_only"]["skipped"]
