@@ -52,6 +52,9 @@ class FeatTrainConfig:
     # A saved draft (an export directory) whose weights start a new run in place of random ones, e.g. the
     # 1.5B's draft made from the 0.5B's by training/transfer.py; its shape overrides d_model/n_heads/d_ff.
     init_from: str = ""
+    # Train only what touches the target (fc, the output map, the input norms), keeping the decoder layer
+    # and the head as they start: for a transferred draft with little data, where the layer would overfit.
+    freeze_layer: bool = False
     n_heads: int = 0  # 0: from the target's hidden size (heads of 64: 14 for the 0.5B, 24 for the 1.5B)
     d_ff: int = 0  # 0: from the target's hidden size (19/7 of it, a multiple of 64: 2 432 / 4 160)
     n_layers: int = 1
@@ -264,7 +267,10 @@ def run(cfg: FeatTrainConfig, online: OnlineRows | None = None) -> None:
     emb_table, head_rows = load_target_tables(cfg.target, vocab)
     model = _new_model(cfg, vocab, emb_table, head_rows)
     emb_table = emb_table.to(cfg.device)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    if cfg.freeze_layer:
+        model.blocks.requires_grad_(False)
+        model.head.requires_grad_(False)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=cfg.weight_decay)
     step = _open_run_dir(cfg, model, opt)
     shards = Shards(cfg.features, cfg.val_shards)
     if cfg.online and online is None:

@@ -154,6 +154,27 @@ def test_a_narrow_draft_started_from_a_saved_one_trains_and_stays_lossless(
         assert out.stats.draft_forwards > 0
 
 
+def test_freeze_layer_trains_only_what_touches_the_target(wide_target: tuple[Path, Any], tmp_path: Path) -> None:
+    path, target = wide_target
+    vocab = int(target.config.vocab_size)
+    dv = DraftVocab(list(range(vocab)), vocab)
+    start = narrow_draft(7, vocab)
+    save_feat_draft(tmp_path / "start", start, dv, {"step": 0})
+    (tmp_path / "shipped").mkdir()
+    (tmp_path / "shipped" / "vocab.json").write_text(json.dumps({"target_ids": list(range(vocab)), "target_vocab_size": vocab}))
+    cfg = FeatTrainConfig(name="frozen", runs_dir=tmp_path / "runs", features=tmp_path / "none", target=str(path),
+                          corpus_file=tmp_path / "runs" / "frozen" / "corpus.json", vocab_from=str(tmp_path / "shipped"),
+                          init_from=str(tmp_path / "start"), freeze_layer=True, unroll=2, batch_size=2, lr=1e-2,
+                          warmup_steps=1, max_steps=3, log_every=3, eval_every=1000, threads=1, bf16=False, online=True)
+    run(cfg, online=OnlineRows(target, lambda rng: Sample([rng.randrange(vocab) for _ in range(36)], 0), seed=0))
+    model, _, _ = load_feat_draft(cfg.run_dir / "export")
+    start = load_feat_draft(tmp_path / "start")[0]  # as saved (fp16), as the run started from it
+    assert torch.equal(model.blocks[0].gate_up.weight, start.blocks[0].gate_up.weight)
+    assert torch.equal(model.head.weight, start.head.weight)
+    assert model.out is not None and start.out is not None
+    assert not torch.equal(model.fc.weight, start.fc.weight) and not torch.equal(model.out.weight, start.out.weight)
+
+
 def test_init_from_a_draft_of_another_width_is_refused(wide_target: tuple[Path, Any], tmp_path: Path) -> None:
     path, target = wide_target
     vocab = int(target.config.vocab_size)
