@@ -7,6 +7,21 @@ import argparse
 from dspark_lsp.bench.methods import DEFAULT_METHODS
 
 
+def _add_llamacpp_arguments(p: argparse.ArgumentParser) -> None:
+    """The llama.cpp peers' own settings."""
+    p.add_argument(
+        "--lookup-tokens", type=int, default=10, help="draft length of llamacpp_lookup (as hf_prompt_lookup's)"
+    )
+    p.add_argument(
+        "--llamacpp-spec-bin", default=None, metavar="PATH",
+        help="llamacpp_draft's llama.cpp binary, llama-speculative-simple (default: $DSPARK_LLAMACPP_SPEC_BIN)",
+    )
+    p.add_argument(
+        "--llamacpp-draft-max", type=int, default=0, metavar="N",
+        help="llamacpp_draft's draft length, --spec-draft-n-max (default 0: the binary's own, 3)",
+    )
+
+
 def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "bench", help="benchmark DSpark against target-only, Hugging Face and llama.cpp decoding"
@@ -56,17 +71,7 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     p.add_argument(
         "--threads", type=int, default=0, help="torch threads (0 = torch default) and llama.cpp threads (0 = 2)"
     )
-    p.add_argument(
-        "--lookup-tokens", type=int, default=10, help="draft length of llamacpp_lookup (as hf_prompt_lookup's)"
-    )
-    p.add_argument(
-        "--llamacpp-spec-bin", default=None, metavar="PATH",
-        help="llamacpp_draft's llama.cpp binary, llama-speculative-simple (default: $DSPARK_LLAMACPP_SPEC_BIN)",
-    )
-    p.add_argument(
-        "--llamacpp-draft-max", type=int, default=0, metavar="N",
-        help="llamacpp_draft's draft length, --spec-draft-n-max (default 0: the binary's own, 3)",
-    )
+    _add_llamacpp_arguments(p)
     p.add_argument("--json", dest="json_out", default=None, metavar="OUT", help="write results as JSON")
     p.add_argument("--forward-cost", action="store_true", help="also time target/draft forwards of n tokens")
     p.add_argument("--syntax", action="store_true", help="also report syntax classification cost per step")
