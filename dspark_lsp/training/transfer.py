@@ -24,7 +24,7 @@ import random
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +51,6 @@ class TransferConfig:
     threads: int = 2
     dtype: str = "bfloat16"  # the targets' dtype while they make features
     seed: int = 77
-    meta: dict[str, object] = field(default_factory=dict)
 
 
 def ridge_fit(x: torch.Tensor, y: torch.Tensor, ridge: float) -> tuple[torch.Tensor, float]:
@@ -120,12 +119,11 @@ def transferred(source: FeatDraft, vocab: DraftVocab, new_emb: torch.Tensor, old
     m_o, r2_o = ridge_fit(f_old, f_new, ridge)
     old_fc = source.fc.weight.float()
     d_old = old_fc.shape[1] // 2
-    with torch.no_grad():
-        draft.fc.weight.copy_(torch.cat([old_fc[:, :d_old] @ m_e, old_fc[:, d_old:] @ m_f], dim=1))
-        draft.blocks.load_state_dict(source.blocks.state_dict())
-        assert draft.out is not None
-        draft.out.weight.copy_(m_o)
-        draft.head.weight.copy_(new_head_rows)
+    draft.fc.weight.copy_(torch.cat([old_fc[:, :d_old] @ m_e, old_fc[:, d_old:] @ m_f], dim=1))
+    draft.blocks.load_state_dict(source.blocks.state_dict())
+    assert draft.out is not None
+    draft.out.weight.copy_(m_o)
+    draft.head.weight.copy_(new_head_rows)
     return draft, {"embedding_r2": round(r2_e, 4), "feature_r2": round(r2_f, 4), "output_r2": round(r2_o, 4)}
 
 
@@ -154,26 +152,18 @@ def run(cfg: TransferConfig) -> dict[str, object]:
     f_new, f_old = paired_features(new, old, draw, cfg.tokens, cfg.seed)
     draft, fits = transferred(source, vocab, new_emb, old_emb, new_head, f_new, f_old, cfg.ridge)
     meta: dict[str, object] = {"transferred_from": src_dir.name, "source_target": cfg.source_target,
-                               "paired_tokens": int(f_new.shape[0]), **fits, **cfg.meta}
+                               "paired_tokens": int(f_new.shape[0]), **fits}
     save_feat_draft(cfg.out, draft, vocab, meta)
     return meta
 
 
 def main(argv: list[str] | None = None) -> int:
+    from dspark_lsp.training.cli import add_config_flags, config_from_args
+
     p = argparse.ArgumentParser(prog="python -m dspark_lsp.training.transfer",
                                 description="Start a feature draft for a target from a trained draft of a smaller one.")
-    p.add_argument("--source", default=TransferConfig.source)
-    p.add_argument("--source-target", default=TransferConfig.source_target)
-    p.add_argument("--target", default=TransferConfig.target)
-    p.add_argument("--out", type=Path, default=TransferConfig.out)
-    p.add_argument("--corpus-file", type=Path, default=TransferConfig.corpus_file)
-    p.add_argument("--tokens", type=int, default=TransferConfig.tokens)
-    p.add_argument("--ridge", type=float, default=TransferConfig.ridge)
-    p.add_argument("--threads", type=int, default=TransferConfig.threads)
-    p.add_argument("--dtype", default=TransferConfig.dtype)
-    a = p.parse_args(argv)
-    cfg = TransferConfig(source=a.source, source_target=a.source_target, target=a.target, out=a.out,
-                         corpus_file=a.corpus_file, tokens=a.tokens, ridge=a.ridge, threads=a.threads, dtype=a.dtype)
+    add_config_flags(p, TransferConfig)  # one flag per config field, as feat_train's
+    cfg: TransferConfig = config_from_args(p.parse_args(argv), TransferConfig)
     try:
         print(json.dumps(run(cfg)))
     except UserError as exc:
