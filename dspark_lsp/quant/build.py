@@ -25,6 +25,10 @@ SOURCES = tuple(Path(__file__).with_name(n) for n in ("qkernel.cpp", "decoder_la
 HEADERS = (Path(__file__).with_name("qkernel.h"),)
 LIB_NAME = "dspark_q.so"
 ENV_DISABLE = "DSPARK_NO_QKERNEL"  # set to 1 to force the fp32 fallback (tests, debugging)
+# The instruction set to compile for (gcc's -march), "native" by default. Another level, e.g. "x86-64-v3"
+# (AVX2, FMA, F16C: what most laptops have), builds the paths such a CPU runs, so a bigger CPU can test
+# and time them; the cache key includes it.
+ENV_MARCH = "DSPARK_KERNEL_MARCH"
 
 _loaded: Path | None = None
 _failure: str | None = None
@@ -46,6 +50,10 @@ def _cpu_flags() -> str:
     return platform.processor() or platform.machine()
 
 
+def _march() -> str:
+    return os.environ.get(ENV_MARCH, "").strip() or "native"
+
+
 def _compile_command(out: Path) -> list[str]:
     import torch
     from torch.utils import cpp_extension
@@ -53,7 +61,7 @@ def _compile_command(out: Path) -> list[str]:
     torch_lib = Path(torch.__file__).parent / "lib"
     cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or "c++"
     abi = int(torch.compiled_with_cxx11_abi())
-    cmd = [cxx, "-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-fopenmp", "-std=c++17",
+    cmd = [cxx, "-O3", f"-march={_march()}", "-ffp-contract=off", "-fno-math-errno", "-fopenmp", "-std=c++17",
            "-shared", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-w"]
     for inc in cpp_extension.include_paths():
         cmd += ["-isystem", inc]
@@ -69,6 +77,7 @@ def _key() -> str:
         h.update(src.read_bytes())
     h.update(torch.__version__.encode())
     h.update(_cpu_flags().encode())
+    h.update(_march().encode())
     h.update(sys.version.encode())
     return h.hexdigest()[:16]
 

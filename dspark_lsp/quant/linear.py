@@ -79,8 +79,9 @@ def half_enabled() -> bool:
         return False
 
 
-# 1: decode and verify products of panels round activations to int8 (qkernel.cpp "int8 activations",
-# vpdpbusd) instead of int16; other layouts and types keep int16, and so do builds without VNNI / VBMI.
+# 1: decode and verify products of panels round activations to int8 (qkernel.cpp "int8 activations":
+# vpdpbusd with VNNI, vpmaddubsw on AVX2 without it; the same bits either way) instead of int16; row-major
+# matrices and 6-bit Q6_K panels keep int16, and so do builds without AVX2.
 # On by default since measured (bench/results/2026-12-06-act8/, -act8-eval/): the 1.5B's 4-token verify
 # 1.56-1.65x -> 1.33-1.34x a 1-token forward, no width slower on either model; on 90 HumanEval holes the
 # 1.5B's texts all the same, the 0.5B's 4 differ (one pass fewer). Read when a model loads
@@ -94,7 +95,7 @@ def act8_requested() -> bool:
 
 
 def act8_available() -> bool:
-    """Whether the loaded kernel build has the int8-activation products (AVX512-VNNI, -VL, -VBMI)."""
+    """Whether the loaded kernel build has the int8-activation products (x86 with AVX2)."""
     try:
         return bool(torch.ops.dspark_q.act8_available())
     except (AttributeError, RuntimeError):  # the kernel is not loaded (or an older build)

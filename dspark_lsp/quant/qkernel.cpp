@@ -671,16 +671,30 @@ void panel_product(const Mat& m, const int16_t* xq, const float* xsu, int64_t GU
 // register (layout unchanged, so one model can run either path): kind 18, two pairs (32 bytes) ->
 // lane i = row i's inputs 4j .. 4j + 3; kind 14, a quad's low and high nibbles (vpermt2b of the two
 // masked copies) -> lane i = row i's inputs 4q .. 4q + 3. Each activation quad is then one broadcast
-// dword. Needs AVX512-VNNI, -VL and -VBMI (Zen 4, Ice Lake and later); other builds, row-major
-// matrices and 6-bit Q6_K panels keep the int16 path.
-#if defined(DSPARK_AVX2) && defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__AVX512VBMI__)
+// dword. Needs AVX512-VNNI, -VL and -VBMI (Zen 4, Ice Lake and later). Row-major matrices and 6-bit
+// Q6_K panels keep the int16 path.
+//
+// AVX2 without VNNI (Zen 2 / 3, Intel before Ice Lake: most laptops): the same int8 activations, the same
+// exact integer dots and the same fp32 steps, so the same bits as the VNNI path (tests compare the two
+// builds). There the int16 products cost two vpmaddwd per 32 products and bind a 4-row verify of the
+// 1.5B; vpmaddubsw (u8 x s8, pairs summed into int16) does 32 per instruction. Its int16 sums saturate,
+// so it is used where they provably cannot: 4-bit panels (codes 0..15: a pair is at most 2 * 15 * 127,
+// and the 8 quads of a group sum to at most 30480 in an int16 lane) - see panel_dots8_avx2. Byte panels
+// (codes up to 255 once unsigned) run the int16 products on the int8 activations widened to 16 bits:
+// the same integer sums, at the int16 path's speed.
+#if defined(DSPARK_AVX2)
 #define DSPARK_ACT8 1
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__AVX512VBMI__)
+#define DSPARK_ACT8_VNNI 1
+#endif
 
 // Rows of x as int8 per group of 32 with an fp32 scale each: q = round(x * 127 / absmax). Scales go
 // where the products read them (row r's unit u at sc[r * stride + u], as quantize_rows writes them);
 // corr[r * GU + u] = -bias * (sum of the unit's q), the unsigned codes' correction.
+// swap: store each 8 elements as 0 1 4 5 2 3 6 7 (for the AVX2 byte panels, panel_dots8_avx2); the unit
+// sums and scales do not depend on the order.
 void quantize_rows8(const float* xp, int64_t M, int64_t K, int8_t* q, float* sc, int64_t stride, int64_t U,
-                    int32_t* corr, int32_t bias) {
+                    int32_t* corr, int32_t bias, bool swap = false) {
   const int64_t G = K / 32, GU = G * U;
   const __m256 sign = _mm256_set1_ps(-0.0f);
   for (int64_t r = 0; r < M; ++r)
@@ -700,9 +714,14 @@ void quantize_rows8(const float* xp, int64_t M, int64_t K, int8_t* q, float* sc,
       const __m256 inv = _mm256_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
       __m256i i32[4];
       for (int i = 0; i < 4; ++i) i32[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], inv));  // nearest even
-      // vpmovdb keeps element order (pack* would interleave 128-bit lanes); |q| <= 127, no saturation
-      int8_t* d = q + r * K + g * 32;
-      for (int i = 0; i < 4; ++i) _mm_storel_epi64(reinterpret_cast<__m128i*>(d + 8 * i), _mm256_cvtepi32_epi8(i32[i]));
+      // packs interleave the 128-bit lanes; the dword permute puts the 32 bytes back in element order
+      // (|q| <= 127: no saturation)
+      const __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(i32[0], i32[1]), _mm256_packs_epi32(i32[2], i32[3]));
+      __m256i o = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+      if (swap)
+        o = _mm256_shuffle_epi8(o, _mm256_setr_epi8(0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15,
+                                                    0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + r * K + g * 32), o);
       // unit sums: elements 0-15 are i32[0..1], 16-31 are i32[2..3]
       const __m256i h0 = _mm256_add_epi32(i32[0], i32[1]), h1 = _mm256_add_epi32(i32[2], i32[3]);
       auto hsum = [](__m256i a) {
@@ -727,6 +746,7 @@ inline __m256i bcast_quad(const int8_t* xp) {
   return _mm256_set1_epi32(v);
 }
 
+#ifdef DSPARK_ACT8_VNNI
 // Byte permutes that put row i's four inputs in lane i (see above).
 //   kind 18: bytes 0-15 hold pair 2j (row i at 2i, 2i + 1), bytes 16-31 pair 2j + 1.
 //   kind 14: lo / hi = a quad's low / high nibbles (bytes 2i, 2i + 1: row i's inputs 4q, 4q + 1 in lo
@@ -913,6 +933,87 @@ inline void panel_dots8x2(const Mat& m, int64_t P, const int8_t* xq, const float
 }
 #endif
 
+#else  // AVX2 without VNNI
+// Byte codes made unsigned for vpmaddubsw: Q6_K's (two scales per group) are -32..31 as stored, +32 gives
+// 0..63; the affine types' (offsets: Q5_1, Q5_K) are 0..31 already. Q5_0 and Q8_0 (plain, up to +-128)
+// take the int16 products instead (act8_products).
+template <bool OFF, bool TWO>
+constexpr int byte_bias() { return TWO ? 32 : 0; }
+
+// R rows of int8 x against panel P with vpmaddubsw, the codes put as VNNI's path puts them: row i's four
+// inputs in 32-bit lane i, by in-lane unpacks instead of a VBMI permute, so that each activation quad is
+// one broadcast dword.
+//   kind 14: a 32-byte load holds quads q and q + 1; unpacking its low and high nibbles by 16 bits gives
+//   rows 0-3 and 4-7 of both quads, and two 128-bit permutes regroup them by quad (inputs 4q .. 4q + 3).
+//   vpmaddubsw sums each row's pairs into two int16 lanes; per unit those lanes add up at most 8 quads
+//   (|sum| <= 8 * 2 * 15 * 127 = 30480: exact), then one vpmaddwd by ones gives the int32 dot in lane i.
+//   kind 18: two 32-byte loads hold pairs 2j .. 2j + 3 (inputs 4j .. 4j + 7); unpacked by 16 bits and
+//   regrouped, lane i holds row i's inputs 4j, 4j + 1, 4j + 4, 4j + 5 in one register and 4j + 2, 4j + 3,
+//   4j + 6, 4j + 7 in the other, which is why these rows of x are stored with each 8 elements swapped so
+//   (quantize_rows8). Codes up to 63: two products' int16 lanes (|sum| <= 2 * 2 * 63 * 127 = 32004) are
+//   widened after each pair of loads.
+// The exact integer dots and the fp32 steps are panel_dots8's, hence its bits.
+template <int L, bool OFF, bool TWO, bool CS, int R>
+inline void panel_dots8_avx2(const Mat& m, int64_t P, const int8_t* xq, const float* xsu, int64_t GU8, int64_t K,
+                             const int32_t* corr, int64_t GU, const float* xs1, int64_t G8, float* out, int64_t N) {
+  constexpr int U = TWO ? 2 : 1;
+  constexpr int QU = 8 / U;  // quads of inputs per unit
+  constexpr int64_t GC = L == 8 ? 256 : 128;
+  constexpr int64_t GB = GC + (CS ? 16 : 0);
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  const char* base = L == 8 ? reinterpret_cast<const char*>(m.q8) : reinterpret_cast<const char*>(m.nib);
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i bias8 = _mm256_set1_epi8(static_cast<char>(byte_bias<OFF, TWO>()));
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t g = 0; g < m.G; ++g) {
+    const int64_t pg = P * m.G + g;
+    const char* cp = base + pg * GB;
+#pragma GCC unroll 8
+    for (int64_t o = 0; o < GB; o += 64) _mm_prefetch(cp + DSPARK_PF + o, _MM_HINT_T0);
+    const int8_t* ax = reinterpret_cast<const int8_t*>(cp + GC);
+    const int64_t sb = CS ? (P * m.S + g / 8) * 8 : 0;
+    for (int u = 0; u < U; ++u) {
+      __m256i h[R];  // kind 14: int16 sums of the unit; kind 18: int32 sums
+      for (int r = 0; r < R; ++r) h[r] = _mm256_setzero_si256();
+      // one pass: quads q and q + 1 (no unroll: unrolled, gcc computed every product before summing and
+      // spilled them to the stack)
+#pragma GCC unroll 1
+      for (int q = u * QU; q < (u + 1) * QU; q += 2) {
+        __m256i lo, hi;
+        if (L == 8) {
+          const __m256i a = _mm256_add_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(cp + 32 * q)), bias8);
+          const __m256i c = _mm256_add_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(cp + 32 * q + 32)), bias8);
+          lo = _mm256_unpacklo_epi16(a, c);
+          hi = _mm256_unpackhi_epi16(a, c);
+        } else {
+          const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cp + 16 * q));
+          const __m256i n0 = _mm256_and_si256(b, low4), n1 = _mm256_and_si256(_mm256_srli_epi16(b, 4), low4);
+          lo = _mm256_unpacklo_epi16(n0, n1);
+          hi = _mm256_unpackhi_epi16(n0, n1);
+        }
+        const __m256i w0 = _mm256_permute2x128_si256(lo, hi, 0x20);  // rows 0-7, first quad
+        const __m256i w1 = _mm256_permute2x128_si256(lo, hi, 0x31);  // rows 0-7, second quad
+        for (int r = 0; r < R; ++r) {
+          const int8_t* xp = xq + r * K + g * 32 + 4 * q;
+          const __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(w0, bcast_quad(xp)), _mm256_maddubs_epi16(w1, bcast_quad(xp + 4)));
+          h[r] = L == 8 ? _mm256_add_epi32(h[r], _mm256_madd_epi16(t, ones)) : _mm256_add_epi16(h[r], t);
+        }
+      }
+      __m256i s[R][1];
+      for (int r = 0; r < R; ++r) {
+        const __m256i d = L == 8 ? h[r] : _mm256_madd_epi16(h[r], ones);
+        s[r][0] = _mm256_add_epi32(_mm256_set1_epi32(corr[r * GU + g * U + u]), d);
+      }
+      const __m256 ws = CS ? compact_scales(m.scale + sb, ax + 8 * u) : panel_scales(m, (pg * U + u) * 8);
+      fold_unit<R, 1>(s, ws, xsu + g * U + u, GU8, acc);
+    }
+    if (OFF) add_offsets<CS, R>(m, sb, ax, pg, xs1 + g, G8, acc);
+  }
+  for (int r = 0; r < R; ++r) _mm256_storeu_ps(out + r * N + P * 8, acc[r]);
+}
+#endif  // DSPARK_ACT8_VNNI
+
 // Integer chains per row: enough vpdpbusd chains in flight at few rows (latency 5), one a row from 5
 // rows on (registers). The integer sums are exact, so the count changes no result.
 template <int R>
@@ -931,9 +1032,12 @@ void panel_product8_t(const Mat& m, const int8_t* xq, const float* xsu, int64_t 
 #define DSPARK_ACT8_DOTS(RR)                                                                            \
   (pair ? panel_dots8x2<L, OFF, TWO, CS, RR, chains8<RR>()>(m, P, xr, sr, GU8, K, cr, GU, xs, G8, orow, N) \
         : panel_dots8<L, OFF, TWO, CS, RR, chains8<RR>()>(m, P, xr, sr, GU8, K, cr, GU, xs, G8, orow, N))
-#else
+#elif defined(DSPARK_ACT8_VNNI)
     const bool pair = false;
 #define DSPARK_ACT8_DOTS(RR) panel_dots8<L, OFF, TWO, CS, RR, chains8<RR>()>(m, P, xr, sr, GU8, K, cr, GU, xs, G8, orow, N)
+#else
+    const bool pair = false;
+#define DSPARK_ACT8_DOTS(RR) panel_dots8_avx2<L, OFF, TWO, CS, RR>(m, P, xr, sr, GU8, K, cr, GU, xs, G8, orow, N)
 #endif
     for (int64_t r = 0; r < M; r += 8) {
       const int8_t* xr = xq + r * K;
@@ -962,6 +1066,27 @@ void panel_product8(const Mat& m, const int8_t* xq, const float* xsu, int64_t GU
                     const float* xs1, int64_t G8) {
   if (m.layout == 4) DSPARK_DISPATCH_PANEL_L(panel_product8_t, 4, m, m, xq, xsu, GU8, M, K, corr, GU, p0, p1, N, op, xs1, G8);
   else DSPARK_DISPATCH_PANEL_L(panel_product8_t, 8, m, m, xq, xsu, GU8, M, K, corr, GU, p0, p1, N, op, xs1, G8);
+}
+
+// Without VNNI, byte panels of plain types (Q5_0, Q8_0: codes up to +-128 would saturate vpmaddubsw's
+// int16 sums) take the int16 products on the int8 activations instead (act8_products).
+inline bool act8_bytes_via_int16(const Mat& m) {
+#ifdef DSPARK_ACT8_VNNI
+  return false;
+#else
+  return m.layout == 8 && m.off == nullptr && m.scales_per_group == 1;
+#endif
+}
+
+// The codes' bias (unsigned codes - bias = the stored codes): byte codes go through vpdpbusd with 128
+// added; without VNNI, byte_bias; the int16 products use the signed codes as stored.
+inline int32_t act8_bias(const Mat& m) {
+  if (m.layout != 8) return m.shift;
+#ifdef DSPARK_ACT8_VNNI
+  return 128;
+#else
+  return act8_bytes_via_int16(m) ? 0 : m.scales_per_group == 2 ? 32 : 0;
+#endif
 }
 #endif  // int8 activations
 
@@ -1488,9 +1613,16 @@ void rebuild_bf16(const at::Tensor& out, int64_t kind, const at::Tensor& codes, 
   expand_tile_bf16(m, n0, t, K, reinterpret_cast<uint16_t*>(out.data_ptr()));
 }
 
-// Whether this build has the int8-activation products (AVX512-VNNI, -VL and -VBMI).
+// Whether this build has the int8-activation products (x86 with AVX2), and whether they run on VNNI.
 bool act8_available() {
 #ifdef DSPARK_ACT8
+  return true;
+#else
+  return false;
+#endif
+}
+bool act8_vnni() {
+#ifdef DSPARK_ACT8_VNNI
   return true;
 #else
   return false;
@@ -1521,6 +1653,38 @@ bool panels() {
 #endif
 }
 
+#ifdef DSPARK_ACT8
+// A few-row product of a 4-bit or byte panel matrix with int8 activations ("int8 activations" above).
+void act8_products(const Mat& m, const float* xp, int64_t M, int64_t K, int64_t N, float* op, const float* xsp,
+                   int64_t G8) {
+  const int64_t G = K / 32, U = m.scales_per_group, GU = G * U, GU8 = round8(GU);
+  at::Tensor xq8 = at::empty({M, K}, at::kChar);
+  at::Tensor xsu = at::zeros({M, GU8}, at::kFloat);
+  at::Tensor corr = at::empty({M, GU}, at::kInt);
+#ifdef DSPARK_ACT8_VNNI
+  const bool swap = false;
+#else
+  const bool swap = m.layout == 8 && !act8_bytes_via_int16(m);  // see panel_dots8_avx2
+#endif
+  quantize_rows8(xp, M, K, xq8.data_ptr<int8_t>(), xsu.data_ptr<float>(), GU8, U, corr.data_ptr<int32_t>(),
+                 act8_bias(m), swap);
+  const float* xsup = xsu.data_ptr<float>();
+  if (act8_bytes_via_int16(m)) {  // the int8 steps widened to int16: the int16 products give the same sums
+    const at::Tensor xq16 = xq8.to(at::kShort);
+    const int16_t* xqp = xq16.data_ptr<int16_t>();
+    at::parallel_for(0, N / 8, 2, [&](int64_t p0, int64_t p1) {
+      panel_product(m, xqp, xsup, GU8, M, K, p0, p1, N, op, xsp, G8);
+    });
+    return;
+  }
+  const int8_t* xqp = xq8.data_ptr<int8_t>();
+  const int32_t* cp = corr.data_ptr<int32_t>();
+  at::parallel_for(0, N / 8, 2, [&](int64_t p0, int64_t p1) {
+    panel_product8(m, xqp, xsup, GU8, M, K, cp, GU, p0, p1, N, op, xsp, G8);
+  });
+}
+#endif
+
 // out[M, N] = x[M, K] @ W^T
 at::Tensor qmm(const at::Tensor& x_in, int64_t kind, const at::Tensor& codes, const at::Tensor& scale,
                const at::Tensor& off, int64_t shift, int64_t small_m) {
@@ -1539,18 +1703,7 @@ at::Tensor qmm(const at::Tensor& x_in, int64_t kind, const at::Tensor& codes, co
     const int64_t GU8 = round8(G * U), G8 = round8(G);
 #ifdef DSPARK_ACT8
     if (m.panel && m.layout != 6 && g_act8.load(std::memory_order_relaxed)) {
-      const int64_t GU = G * U;
-      at::Tensor xq8 = at::empty({M, K}, at::kChar);
-      at::Tensor xsu = at::zeros({M, GU8}, at::kFloat);
-      at::Tensor corr = at::empty({M, GU}, at::kInt);
-      quantize_rows8(xp, M, K, xq8.data_ptr<int8_t>(), xsu.data_ptr<float>(), GU8, U, corr.data_ptr<int32_t>(),
-                     m.layout == 8 ? 128 : m.shift);
-      const int8_t* xqp = xq8.data_ptr<int8_t>();
-      const float* xsup = xsu.data_ptr<float>();
-      const int32_t* cp = corr.data_ptr<int32_t>();
-      at::parallel_for(0, N / 8, 2, [&](int64_t p0, int64_t p1) {
-        panel_product8(m, xqp, xsup, GU8, M, K, cp, GU, p0, p1, N, op, xsp, G8);
-      });
+      act8_products(m, xp, M, K, N, op, xsp, G8);
       return out;
     }
 #endif
@@ -1664,6 +1817,7 @@ TORCH_LIBRARY(dspark_q, lib) {
   lib.def("set_act8(bool on) -> bool", &dspark::set_act8);
   lib.def("act8() -> bool", &dspark::act8);
   lib.def("act8_available() -> bool", &dspark::act8_available);
+  lib.def("act8_vnni() -> bool", &dspark::act8_vnni);
   lib.def("panels() -> bool", &dspark::panels);
   lib.def("half_scales() -> bool", &dspark::half_scales);
   dspark::register_decoder_layer(lib);

@@ -9,6 +9,9 @@ neighbour), and to the int16 path where the int8 one does not apply (row-major m
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,7 +27,7 @@ from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
 from dspark_lsp.engine.decode import SpeculativeDecoder
 from dspark_lsp.models.gguf_target import build_quantized_model
 from dspark_lsp.quant import blocks
-from dspark_lsp.quant.build import KernelUnavailable, load_kernel
+from dspark_lsp.quant.build import ENV_MARCH, KernelUnavailable, load_kernel
 from dspark_lsp.quant.linear import ENV_ACT8, ENV_SIX, QuantLinear, act8_available, apply_act8
 
 try:
@@ -33,7 +36,7 @@ except KernelUnavailable as exc:  # pragma: no cover - the kernel builds whereve
     pytest.skip(f"the quantized kernel is unavailable here: {exc}", allow_module_level=True)
 
 needs_act8 = pytest.mark.skipif(not act8_available(), reason="this kernel build has no int8 products "
-                                "(needs AVX512-VNNI, -VL and -VBMI)")
+                                "(needs x86 with AVX2)")
 IDS = [t.name for t in SUPPORTED]
 # The types of the 1.5B (Q4_K, Q6_K) and 0.5B (also Q5_0, Q8_0) targets.
 TARGET_TYPES = (T.Q4_K, T.Q6_K, T.Q5_0, T.Q8_0)
@@ -196,3 +199,42 @@ def test_speculation_with_int8_activations_equals_one_token_decoding(tmp_path: P
         look = decoder.generate(p, config=DecodeConfig(max_new_tokens=24), draft=NgramDraftSource(max_ngram=3))
         assert spec.tokens == alone.tokens == look.tokens
         assert spec.stats.proposed > 0 and spec.stats.accepted == spec.stats.proposed
+
+
+# ------------------------------------------------------------ the AVX2 build against the VNNI build
+_CROSS_CHILD = """
+import sys, torch
+from tests.quant.test_quant_act8 import TARGET_TYPES, _packed, _x
+from dspark_lsp.quant.linear import QuantLinear, apply_act8
+assert apply_act8(True) and not bool(torch.ops.dspark_q.act8_vnni())
+out = {}
+for qtype in TARGET_TYPES:
+    lin = QuantLinear(_packed(qtype, 40, seed=90 + int(qtype)))
+    x = _x(8, lin.in_features, seed=91)
+    out[qtype.name] = [lin(x[:m]) for m in range(1, 9)]
+torch.save(out, sys.argv[1])
+"""
+
+
+@pytest.mark.slow
+@needs_act8
+def test_the_avx2_build_gives_the_vnni_builds_bits(tmp_path: Path) -> None:
+    """A CPU without VNNI (AVX2: vpmaddubsw for 4-bit panels, int16 products for byte panels) computes the
+    same integer sums and fp32 steps as one with it: a kernel built for x86-64-v3 in a child process gives
+    the VNNI build's bits for every target type and every verify width."""
+    if not bool(torch.ops.dspark_q.act8_vnni()):
+        pytest.skip("this kernel build has no VNNI products to compare with")
+    dest = tmp_path / "avx2.pt"
+    root = Path(__file__).resolve().parents[2]
+    path = os.pathsep.join([str(root), str(root / "tests" / "helpers"), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, ENV_MARCH: "x86-64-v3", "PYTHONPATH": path}
+    proc = subprocess.run([sys.executable, "-c", _CROSS_CHILD, str(dest)], env=env, cwd=root,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    theirs = torch.load(dest)
+    assert apply_act8(True)
+    for qtype in TARGET_TYPES:
+        lin = QuantLinear(_packed(qtype, 40, seed=90 + int(qtype)))
+        x = _x(8, lin.in_features, seed=91)
+        for m in range(1, 9):
+            assert torch.equal(lin(x[:m]), theirs[qtype.name][m - 1]), f"{qtype.name}, {m} rows"
