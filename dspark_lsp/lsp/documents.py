@@ -8,6 +8,7 @@ loop in arrival order; completion workers only ever see an immutable `Snapshot`.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, field
 
 from dspark_lsp.lsp.positions import (
@@ -18,6 +19,19 @@ from dspark_lsp.lsp.positions import (
 )
 
 log = logging.getLogger(__name__)
+
+# A surrogate code point in a Python str is a lone half: JSON decoding joins a valid pair into one
+# character. No UTF-8 encoder (the syntax layer's, the tokenizer's) accepts one, so such a document got no
+# completions at all. U+FFFD counts one UTF-16 unit and three UTF-8 bytes, as the lone half does in the
+# client's UTF-16 text and under `surrogatepass`, so every position after it stays where the client has it.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def scrub(text: str) -> str:
+    """`text` with each lone UTF-16 surrogate replaced by U+FFFD (same length, same positions)."""
+    if text.isascii():
+        return text
+    return _LONE_SURROGATE.sub("\ufffd", text)
 
 
 @dataclass(frozen=True)
@@ -53,11 +67,11 @@ class Document:
     def replace(self, start: int, end: int, new_text: str) -> None:
         if end < start:  # a reversed range from a sloppy client: treat it as the same span
             start, end = end, start
-        self.text = self.text[:start] + new_text + self.text[end:]
+        self.text = self.text[:start] + scrub(new_text) + self.text[end:]
         self._starts = None
 
     def set_text(self, text: str) -> None:
-        self.text = text
+        self.text = scrub(text)
         self._starts = None
 
     def snapshot(self) -> Snapshot:
@@ -80,7 +94,7 @@ class DocumentStore:
         return self._docs.get(uri)
 
     def open(self, uri: str, text: str, version: int | None, language_id: str | None) -> Document:
-        doc = Document(uri, text, version, language_id)
+        doc = Document(uri, scrub(text), version, language_id)
         self._docs[uri] = doc
         return doc
 

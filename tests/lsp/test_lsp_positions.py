@@ -105,3 +105,23 @@ def test_incremental_changes_apply_in_order() -> None:
     store.change("file:///a.py", 3, [(None, "ab"), ((9, 0, 9, 0), "!")], "utf-16")
     assert store.get("file:///a.py").text == "ab!"  # type: ignore[union-attr]
     assert store.change("file:///missing.py", 1, [(None, "x")], "utf-16") is None
+
+
+def test_lone_surrogates_become_replacement_characters_at_the_same_positions() -> None:
+    # A client can send "\ud800" (one half of a pair) in JSON; no UTF-8 encoder takes it, and the syntax
+    # layer and the tokenizer both raised, so the whole document got no completions. The store keeps a
+    # U+FFFD instead: one UTF-16 unit like the half it replaces, so later edits land where the client
+    # means them.
+    from dspark_lsp.lsp.documents import scrub
+    from dspark_lsp.syntax.document import SyntaxDocument
+
+    store = DocumentStore()
+    doc = store.open("file:///s.py", 'x = "\ud800"\ny = 1\n', 1, "python")
+    assert doc.text == 'x = "\ufffd"\ny = 1\n'
+    store.change("file:///s.py", 2, [((0, 6, 0, 6), "\udc00!"), ((1, 4, 1, 5), "2")], "utf-16")
+    assert doc.text == 'x = "\ufffd\ufffd!"\ny = 2\n'
+    store.change("file:///s.py", 3, [(None, "a\udfff😀")], "utf-16")
+    assert doc.text == "a\ufffd😀"  # a valid pair (one character here) is kept
+    SyntaxDocument('x = "\ud800"\n'.replace("\ud800", scrub("\ud800")), "python")  # encodes now
+    with pytest.raises(UnicodeEncodeError):  # what the store's text went into before
+        SyntaxDocument('x = "\ud800"\n', "python")
