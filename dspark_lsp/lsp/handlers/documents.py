@@ -65,8 +65,8 @@ def cursor_rested(session: Session, params: Any) -> None:
 
 def did_open(session: Session, params: types.DidOpenTextDocumentParams) -> None:
     doc = params.text_document
-    session.docs.open(doc.uri, doc.text, doc.version, doc.language_id)
-    session.project.opened(doc.uri, doc.text, doc.language_id)
+    stored = session.docs.open(doc.uri, doc.text, doc.version, doc.language_id)
+    session.project.opened(doc.uri, stored.text, doc.language_id)  # the stored text: no lone surrogates
     session.warmer.schedule(doc.uri, end_of, OPEN_DELAY_S)
     log.debug("opened %s (%s, %d chars)", doc.uri, doc.language_id, len(doc.text))
 
