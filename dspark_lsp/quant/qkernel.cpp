@@ -35,6 +35,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include <cstring>
 #include <vector>
 
@@ -47,6 +50,26 @@
 #define DSPARK_PF 4096
 #endif
 namespace {
+
+// Rows of x from which two panels run a pass (int8 products with AVX-512, "Two panels a pass" below;
+// set_act8_pair_min, for A/B timings). 3 as measured on an Intel Xeon; 6 on AMD family 0x19 (Zen 4 is its
+// only member with AVX-512), which runs 512-bit instructions as two 256-bit halves: there, in one process
+// alternating, single panels took 0.87 / 0.94 / 1.01 / 1.04 / 1.06x the paired time at 3 / 4 / 5 / 6 / 8
+// rows on the 1.5B, 0.81 / 0.85 / 0.90 / 0.93 / 1.00x on the 0.5B (bench/results/2026-12-07-zen4-pairing/).
+// Pairing changes no bits, only the time.
+int64_t default_pair_min() {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid(0, &a, &b, &c, &d) == 0) return 3;
+  const bool amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;  // "AuthenticAMD"
+  if (!amd || __get_cpuid(1, &a, &b, &c, &d) == 0) return 3;
+  const unsigned family = ((a >> 8) & 0xFu) + ((a >> 20) & 0xFFu);
+  return family == 0x19u ? 6 : 3;
+#else
+  return 3;
+#endif
+}
+std::atomic<int64_t> g_pair_min{default_pair_min()};
 
 struct Mat {
   const uint8_t* nib;
@@ -1028,7 +1051,7 @@ void panel_product8_t(const Mat& m, const int8_t* xq, const float* xsu, int64_t 
     // Two panels a pass from 3 rows of x on, where the thread's range has them. At 1 and 2 rows the
     // 1.5B's forward was ~5% slower paired than with single panels (A/B, 20 rounds each; at those
     // widths a product streams its weights from memory and the arithmetic saved does not matter).
-    const bool pair = P + 1 < p1 && M >= 3;
+    const bool pair = P + 1 < p1 && M >= g_pair_min.load(std::memory_order_relaxed);
 #define DSPARK_ACT8_DOTS(RR)                                                                            \
   (pair ? panel_dots8x2<L, OFF, TWO, CS, RR, chains8<RR>()>(m, P, xr, sr, GU8, K, cr, GU, xs, G8, orow, N) \
         : panel_dots8<L, OFF, TWO, CS, RR, chains8<RR>()>(m, P, xr, sr, GU8, K, cr, GU, xs, G8, orow, N))
@@ -1634,6 +1657,8 @@ bool set_act8(bool on) {
   return g_act8.load();
 }
 bool act8() { return g_act8.load(); }
+// From how many rows of x two panels run a pass (int8 products with AVX-512); returns the previous value.
+int64_t set_act8_pair_min(int64_t rows) { return g_pair_min.exchange(std::max<int64_t>(1, rows)); }
 
 // Whether this build reads fp16 scales (panels of plain types, "fp16 scales" above): F16C.
 bool half_scales() {
@@ -1818,6 +1843,7 @@ TORCH_LIBRARY(dspark_q, lib) {
   lib.def("act8() -> bool", &dspark::act8);
   lib.def("act8_available() -> bool", &dspark::act8_available);
   lib.def("act8_vnni() -> bool", &dspark::act8_vnni);
+  lib.def("set_act8_pair_min(int rows) -> int", &dspark::set_act8_pair_min);
   lib.def("panels() -> bool", &dspark::panels);
   lib.def("half_scales() -> bool", &dspark::half_scales);
   dspark::register_decoder_layer(lib);

@@ -238,3 +238,25 @@ def test_the_avx2_build_gives_the_vnni_builds_bits(tmp_path: Path) -> None:
         x = _x(8, lin.in_features, seed=91)
         for m in range(1, 9):
             assert torch.equal(lin(x[:m]), theirs[qtype.name][m - 1]), f"{qtype.name}, {m} rows"
+
+
+@needs_act8
+@pytest.mark.parametrize("qtype", [T.Q4_K, T.Q6_K], ids=["Q4_K", "Q6_K"])
+def test_where_pairing_starts_changes_no_bits(qtype: T) -> None:
+    """The row count from which two panels run a pass (set_act8_pair_min; 6 on AMD Zen 4, 3 elsewhere) is a
+    matter of time only: every width gives the same bits whether its panels ran paired or alone."""
+    lin = QuantLinear(_packed(qtype, 48, seed=100 + int(qtype)))
+    x = _x(8, lin.in_features, seed=101)
+    assert apply_act8(True)
+    default = torch.ops.dspark_q.set_act8_pair_min(1)
+    try:
+        paired = [lin(x[:m]) for m in range(1, 9)]
+        torch.ops.dspark_q.set_act8_pair_min(99)
+        alone = [lin(x[:m]) for m in range(1, 9)]
+    finally:
+        torch.ops.dspark_q.set_act8_pair_min(default)
+    for m in range(8):
+        assert torch.equal(paired[m], alone[m]), f"{m + 1} rows"
+    flags = Path("/proc/cpuinfo").read_text(errors="replace") if Path("/proc/cpuinfo").exists() else ""
+    zen4 = "AuthenticAMD" in flags and "\ncpu family\t: 25\n" in flags
+    assert default == (6 if zen4 else 3)
