@@ -413,7 +413,8 @@ def _run_llamacpp(bench: Bench, preset: LlamaCppMethod, pp: Prepared, r: MethodR
 
 def _run_loop(bench: Bench, preset: LoopMethod, pp: Prepared, r: MethodResult, tracker: Any) -> tuple[list[int], int]:
     """Our decode loop, with the pair's draft set up as the service sets it up for a completion."""
-    src = (getattr(bench.draft, "ngram", None) if preset.lookup_only else bench.draft) if preset.draft else None
+    chosen = getattr(bench.draft, "ngram", None) if preset.lookup_only else bench.draft  # a hybrid's n-gram link
+    src = chosen if preset.draft else None
     dec = bench.service.decoder
     if preset.fp32:
         assert bench.fp32_decoder is not None

@@ -709,7 +709,15 @@ void panel_product(const Mat& m, const int16_t* xq, const float* xsu, int64_t GU
 #define DSPARK_ACT8 1
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__AVX512VBMI__)
 #define DSPARK_ACT8_VNNI 1
+constexpr bool kAct8Vnni = true;
+#else
+constexpr bool kAct8Vnni = false;
 #endif
+
+// Without VNNI, byte codes made unsigned for vpmaddubsw: Q6_K's (two scales per group) are -32..31 as
+// stored, +32 gives 0..63; the affine types' (offsets: Q5_1, Q5_K) are 0..31 already. Q5_0 and Q8_0 (plain,
+// up to +-128) take the int16 products instead (act8_bytes_via_int16).
+constexpr int32_t byte_bias(bool two_scales) { return two_scales ? 32 : 0; }
 
 // Rows of x as int8 per group of 32 with an fp32 scale each: q = round(x * 127 / absmax). Scales go
 // where the products read them (row r's unit u at sc[r * stride + u], as quantize_rows writes them);
@@ -957,12 +965,6 @@ inline void panel_dots8x2(const Mat& m, int64_t P, const int8_t* xq, const float
 #endif
 
 #else  // AVX2 without VNNI
-// Byte codes made unsigned for vpmaddubsw: Q6_K's (two scales per group) are -32..31 as stored, +32 gives
-// 0..63; the affine types' (offsets: Q5_1, Q5_K) are 0..31 already. Q5_0 and Q8_0 (plain, up to +-128)
-// take the int16 products instead (act8_products).
-template <bool OFF, bool TWO>
-constexpr int byte_bias() { return TWO ? 32 : 0; }
-
 // R rows of int8 x against panel P with vpmaddubsw, the codes put as VNNI's path puts them: row i's four
 // inputs in 32-bit lane i, by in-lane unpacks instead of a VBMI permute, so that each activation quad is
 // one broadcast dword.
@@ -987,7 +989,7 @@ inline void panel_dots8_avx2(const Mat& m, int64_t P, const int8_t* xq, const fl
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   const char* base = L == 8 ? reinterpret_cast<const char*>(m.q8) : reinterpret_cast<const char*>(m.nib);
   const __m256i low4 = _mm256_set1_epi8(0x0F);
-  const __m256i bias8 = _mm256_set1_epi8(static_cast<char>(byte_bias<OFF, TWO>()));
+  const __m256i bias8 = _mm256_set1_epi8(static_cast<char>(byte_bias(TWO)));
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t g = 0; g < m.G; ++g) {
     const int64_t pg = P * m.G + g;
@@ -1094,22 +1096,14 @@ void panel_product8(const Mat& m, const int8_t* xq, const float* xsu, int64_t GU
 // Without VNNI, byte panels of plain types (Q5_0, Q8_0: codes up to +-128 would saturate vpmaddubsw's
 // int16 sums) take the int16 products on the int8 activations instead (act8_products).
 inline bool act8_bytes_via_int16(const Mat& m) {
-#ifdef DSPARK_ACT8_VNNI
-  return false;
-#else
-  return m.layout == 8 && m.off == nullptr && m.scales_per_group == 1;
-#endif
+  return !kAct8Vnni && m.layout == 8 && m.off == nullptr && m.scales_per_group == 1;
 }
 
 // The codes' bias (unsigned codes - bias = the stored codes): byte codes go through vpdpbusd with 128
-// added; without VNNI, byte_bias; the int16 products use the signed codes as stored.
+// added; without VNNI, byte_bias (0 for the plain types, whose int16 products use the codes as stored).
 inline int32_t act8_bias(const Mat& m) {
   if (m.layout != 8) return m.shift;
-#ifdef DSPARK_ACT8_VNNI
-  return 128;
-#else
-  return act8_bytes_via_int16(m) ? 0 : m.scales_per_group == 2 ? 32 : 0;
-#endif
+  return kAct8Vnni ? 128 : byte_bias(m.scales_per_group == 2);
 }
 #endif  // int8 activations
 
@@ -1686,11 +1680,7 @@ void act8_products(const Mat& m, const float* xp, int64_t M, int64_t K, int64_t 
   at::Tensor xq8 = at::empty({M, K}, at::kChar);
   at::Tensor xsu = at::zeros({M, GU8}, at::kFloat);
   at::Tensor corr = at::empty({M, GU}, at::kInt);
-#ifdef DSPARK_ACT8_VNNI
-  const bool swap = false;
-#else
-  const bool swap = m.layout == 8 && !act8_bytes_via_int16(m);  // see panel_dots8_avx2
-#endif
+  const bool swap = !kAct8Vnni && m.layout == 8 && !act8_bytes_via_int16(m);  // see panel_dots8_avx2
   quantize_rows8(xp, M, K, xq8.data_ptr<int8_t>(), xsu.data_ptr<float>(), GU8, U, corr.data_ptr<int32_t>(),
                  act8_bias(m), swap);
   const float* xsup = xsu.data_ptr<float>();
