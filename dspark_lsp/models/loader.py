@@ -67,15 +67,7 @@ def pick_device(device: str) -> str:
 
 def cpu_has_native_bf16() -> bool:
     """True when the CPU has bf16 dot-product instructions (AVX512-BF16 or AMX), read from /proc/cpuinfo."""
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as fh:
-            for line in fh:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    return bool(flags & {"avx512_bf16", "amx_bf16"})
-    except OSError:
-        pass
-    return False
+    return bool(cpu_flags() & {"avx512_bf16", "amx_bf16"})
 
 
 def pick_dtype(dtype: str, device: str) -> torch.dtype:
@@ -220,27 +212,63 @@ def _load_quantized(
     return model, tokenizer  # type: ignore[return-value]
 
 
-# DSPARK_PREFILL=fp32 keeps the exact fp32 prefill products under dtype auto (measurements, bisecting).
+# DSPARK_PREFILL picks a prompt's products under dtype auto: int8, bf16, fp32 or auto (measurements,
+# bisecting). fp32 is the exact GEMM; dtype gguf (explicit) always keeps it.
 PREFILL_ENV = "DSPARK_PREFILL"
+PREFILL_CHOICES = ("auto", "int8", "bf16", "fp32")
+# Rows per int8 prefill block: the fastest measured (1.5B, 256-token prompt, 2 cores): 256 with VNNI
+# (7.0 ms a token vs 7.5 in blocks of 64), 64 on AVX2 alone (10.6 vs 11.4 in blocks of 256).
+PREFILL_INT8_ROWS_VNNI = 256
+PREFILL_INT8_ROWS_AVX2 = 64
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags from /proc/cpuinfo (empty where there is none)."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def prefill_choice(explicit: bool, act8: bool, flags: set[str], want: str = "auto") -> str:
+    """Which products a prompt's rows take: ``int8`` (the decode kernel's int8 row products, a block of
+    rows at a time), ``bf16`` (weights rebuilt to bf16, torch's GEMM) or ``fp32`` (exact).
+
+    Measured on 2 cores (bench/results/2026-12-07-int8-prefill/): without AMX the int8 rows win, 1.2x
+    over the bf16 GEMM on an AVX512-BF16 Zen 4 and 1.7x over the fp32 GEMM on an AVX2 build; with AMX
+    the bf16 GEMM runs at 1-2 TFLOP/s and stays. Only the prompt's rows round so: decode and verify
+    rows take the same products whatever the prefill did, so speculation stays lossless."""
+    if want not in PREFILL_CHOICES:
+        raise ModelError(f"{PREFILL_ENV} must be one of {', '.join(PREFILL_CHOICES)}, not {want!r}")
+    if explicit or want == "fp32":
+        return "fp32"
+    if want == "int8" and not act8:  # this kernel build has no int8 products: the best of the rest
+        want = "auto"
+    if want == "int8" or (want == "auto" and act8 and "amx_bf16" not in flags):
+        return "int8"
+    return "bf16" if flags & {"avx512_bf16", "amx_bf16"} else "fp32"
 
 
 def _choose_prefill_precision(spec: str, explicit: bool) -> None:
-    """Prefill products (many rows) in bf16 under dtype auto on a CPU with native bf16 products: ~2x
-    faster prompts (0.5B, 256 tokens, 2 cores AVX512-BF16: 1.32-1.46 -> 0.73 s), the file's weights and
-    the activations rounded to bf16 there only; decode and verify keep their exact products, so output
-    stays identical with and without speculation. ``dtype: gguf`` (explicit) keeps the file's exact
-    arithmetic everywhere. The switch is the kernel's, process-wide: one target per process."""
+    """Set the kernel's process-wide prefill path (``prefill_choice``) and its int8 decode switch. One
+    target per process."""
     import torch
 
-    bf16 = not explicit and cpu_has_native_bf16() and os.environ.get(PREFILL_ENV, "auto") != "fp32"
-    torch.ops.dspark_q.set_prefill_bf16(bf16)
-    log.info("model %s: prefill products in %s", spec, "bf16" if bf16 else "fp32")
     from dspark_lsp.quant.linear import ENV_ACT8, act8_requested, apply_act8
 
     act8 = apply_act8()
     if act8 or act8_requested():
         log.info("model %s: decode and verify activations in %s (%s)", spec, "int8" if act8 else
                  "int16, this kernel build has no int8 products", ENV_ACT8)
+    choice = prefill_choice(explicit, act8, cpu_flags(), os.environ.get(PREFILL_ENV, "auto"))
+    torch.ops.dspark_q.set_prefill_bf16(choice == "bf16")
+    rows = PREFILL_INT8_ROWS_VNNI if torch.ops.dspark_q.act8_vnni() else PREFILL_INT8_ROWS_AVX2
+    torch.ops.dspark_q.set_prefill_int8(rows if choice == "int8" else 0)
+    log.info("model %s: prefill products in %s", spec, choice)
 
 
 def release_load_temporaries() -> bool:

@@ -1600,6 +1600,9 @@ std::atomic<bool> g_prefill_bf16{false};
 // activations" above). Off: the int16 path. Read on every product, so a caller can switch between
 // forwards (the A/B tool runs one model both ways).
 std::atomic<bool> g_act8{false};
+// Process-wide: prefill rows (more than small_m) of int8-capable panels through the int8 row products in
+// blocks of this many rows instead of the rebuilt-weight GEMM (set_prefill_int8; 0: off).
+std::atomic<int64_t> g_prefill_int8{0};
 
 }  // namespace
 
@@ -1651,6 +1654,8 @@ bool set_act8(bool on) {
   return g_act8.load();
 }
 bool act8() { return g_act8.load(); }
+int64_t set_prefill_int8(int64_t rows) { return g_prefill_int8.exchange(std::max<int64_t>(0, rows)); }
+int64_t prefill_int8() { return g_prefill_int8.load(); }
 // From how many rows of x two panels run a pass (int8 products with AVX-512); returns the previous value.
 int64_t set_act8_pair_min(int64_t rows) { return g_pair_min.exchange(std::max<int64_t>(1, rows)); }
 
@@ -1710,6 +1715,21 @@ at::Tensor qmm(const at::Tensor& x_in, int64_t kind, const at::Tensor& codes, co
   at::Tensor out = at::empty({M, N}, x.options());
   const float* xp = x.data_ptr<float>();
   float* op = out.data_ptr<float>();
+#ifdef DSPARK_ACT8
+  const bool act8_rows = m.panel && m.layout != 6 && g_act8.load(std::memory_order_relaxed);
+  const int64_t block = g_prefill_int8.load(std::memory_order_relaxed);
+  if (M > small_m && act8_rows && block > 0) {
+    // Prefill through the int8 row products, a block of rows at a time: on CPUs without AMX they beat
+    // the rebuilt-weight GEMM (bf16 or fp32), and a block's activations stay in cache across panels.
+    for (int64_t r0 = 0; r0 < M; r0 += block) {
+      const int64_t rows = std::min(block, M - r0);
+      at::Tensor xs = m.off != nullptr ? group_sums(xp + r0 * K, rows, K) : at::Tensor();
+      act8_products(m, xp + r0 * K, rows, K, N, op + r0 * N, xs.defined() ? xs.data_ptr<float>() : nullptr,
+                    round8(K / 32));
+    }
+    return out;
+  }
+#endif
   if (M <= small_m) {
 #ifdef DSPARK_AVX2
     const int64_t G = K / 32, U = m.scales_per_group;
@@ -1717,7 +1737,7 @@ at::Tensor qmm(const at::Tensor& x_in, int64_t kind, const at::Tensor& codes, co
     const float* xsp = xs.defined() ? xs.data_ptr<float>() : nullptr;
     const int64_t GU8 = round8(G * U), G8 = round8(G);
 #ifdef DSPARK_ACT8
-    if (m.panel && m.layout != 6 && g_act8.load(std::memory_order_relaxed)) {
+    if (act8_rows) {
       act8_products(m, xp, M, K, N, op, xsp, G8);
       return out;
     }
@@ -1831,6 +1851,8 @@ TORCH_LIBRARY(dspark_q, lib) {
           &dspark::rebuild_bf16);
   lib.def("set_act8(bool on) -> bool", &dspark::set_act8);
   lib.def("act8() -> bool", &dspark::act8);
+  lib.def("set_prefill_int8(int rows) -> int", &dspark::set_prefill_int8);
+  lib.def("prefill_int8() -> int", &dspark::prefill_int8);
   lib.def("act8_available() -> bool", &dspark::act8_available);
   lib.def("act8_vnni() -> bool", &dspark::act8_vnni);
   lib.def("set_act8_pair_min(int rows) -> int", &dspark::set_act8_pair_min);

@@ -170,20 +170,26 @@ def test_the_switch_follows_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 # ------------------------------------------------------------------------ losslessness on a whole model
-@needs_act8
-def test_speculation_with_int8_activations_equals_one_token_decoding(tmp_path: Path) -> None:
-    """The default path on a CPU that has it: a tiny K-quant model (panels of every row count the verify
-    uses), greedy speculative decoding with a self draft at k = 4 and with n-gram lookup gives exactly
-    the tokens of one-token decoding, both with int8 activations; and int8 did change the logits."""
+def _tiny_kquant_target(tmp_path: Path, seed: int) -> torch.nn.Module:
+    """A tiny model whose matrices are the 1.5B's types (Q4_K, and Q6_K for ffn_down and the tied head)."""
     config = tiny_config(vocab=256, hidden=256, intermediate=512, layers=2, heads=4, kv_heads=2, tie=True)
     types = {"token_embd.weight": T.Q6_K}
     for i in range(2):
         types.update({f"blk.{i}.{r}.weight": T.Q4_K for r in ("attn_q", "attn_k", "attn_v", "attn_output",
                                                               "ffn_gate", "ffn_up")})
         types[f"blk.{i}.ffn_down.weight"] = T.Q6_K
-    path = tmp_path / "tiny-act8.gguf"
-    model_to_gguf(path, random_qwen2(7, config), types, seed=7)
+    path = tmp_path / f"tiny-kquant-{seed}.gguf"
+    model_to_gguf(path, random_qwen2(seed, config), types, seed=seed)
     target, _report = build_quantized_model(path, config)
+    return target
+
+
+@needs_act8
+def test_speculation_with_int8_activations_equals_one_token_decoding(tmp_path: Path) -> None:
+    """The default path on a CPU that has it: a tiny K-quant model (panels of every row count the verify
+    uses), greedy speculative decoding with a self draft at k = 4 and with n-gram lookup gives exactly
+    the tokens of one-token decoding, both with int8 activations; and int8 did change the logits."""
+    target = _tiny_kquant_target(tmp_path, seed=7)
     decoder = SpeculativeDecoder(target)
     prompt = [int(t) for t in np.random.default_rng(3).integers(0, 256, 12)]
     with torch.inference_mode():  # 4 rows: the few-row products, where the switch acts
@@ -260,3 +266,52 @@ def test_where_pairing_starts_changes_no_bits(qtype: T) -> None:
     flags = Path("/proc/cpuinfo").read_text(errors="replace") if Path("/proc/cpuinfo").exists() else ""
     zen4 = "AuthenticAMD" in flags and "\ncpu family\t: 25\n" in flags
     assert default == (6 if zen4 else 3)
+
+
+# ------------------------------------------------------------ a prompt's rows through the int8 products
+@pytest.fixture
+def _prefill_int8_off() -> Iterator[None]:
+    before = int(torch.ops.dspark_q.prefill_int8())
+    yield
+    torch.ops.dspark_q.set_prefill_int8(before)
+
+
+@needs_act8
+@pytest.mark.usefixtures("_prefill_int8_off")
+@pytest.mark.parametrize("qtype", TARGET_TYPES, ids=[t.name for t in TARGET_TYPES])
+@pytest.mark.parametrize("block", [8, 13, 64])
+def test_int8_prefill_rows_are_the_decode_rows(qtype: T, block: int) -> None:
+    """With set_prefill_int8 a product of more than small_m rows runs the few-row int8 products a block of
+    rows at a time: every row has the bits of that row alone (the same rounding decode gives it), whatever
+    the block, where the rebuilt-weight GEMM gives other bits."""
+    p = _packed(qtype, 40, seed=70 + int(qtype))
+    lin = QuantLinear(p, small_m=4)
+    x = _x(37, p.k, seed=71)
+    assert apply_act8(True)
+    alone = torch.cat([lin(x[i : i + 1]) for i in range(37)])
+    torch.ops.dspark_q.set_prefill_int8(0)
+    gemm = lin(x)
+    assert not torch.equal(gemm, alone)
+    torch.ops.dspark_q.set_prefill_int8(block)
+    assert torch.equal(lin(x), alone)
+    apply_act8(False)  # the int8 products off: prefill goes back to the GEMM
+    assert torch.equal(lin(x), gemm)
+
+
+@needs_act8
+@pytest.mark.usefixtures("_prefill_int8_off")
+def test_speculation_after_an_int8_prefill_equals_one_token_decoding(tmp_path: Path) -> None:
+    target = _tiny_kquant_target(tmp_path, seed=8)
+    decoder = SpeculativeDecoder(target)
+    assert apply_act8(True)
+    prompt = [int(t) for t in np.random.default_rng(4).integers(0, 256, 70)]  # > 32 rows: the prefill path
+    with torch.inference_mode():
+        gemm = kv.forward(target, prompt, kv.new_cache(target))
+        torch.ops.dspark_q.set_prefill_int8(16)
+        rows8 = kv.forward(target, prompt, kv.new_cache(target))
+    assert not torch.equal(gemm, rows8)  # the prompt did take the int8 rows
+    fixed = DecodeConfig(max_new_tokens=24, draft_mode="ar", scheduler=SchedulerConfig(fixed_k=4, tau=0.05, tau_min=0.05))
+    alone = decoder.generate(prompt, config=DecodeConfig(max_new_tokens=24))
+    spec = decoder.generate(prompt, config=fixed, draft=ModelDraftSource(target, 256, name="self"))
+    assert spec.tokens == alone.tokens
+    assert spec.stats.proposed > 0 and spec.stats.accepted == spec.stats.proposed

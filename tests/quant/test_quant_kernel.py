@@ -287,23 +287,48 @@ def test_bf16_prefill_serves_callers_in_and_out_of_inference_mode(bf16_prefill: 
     assert torch.equal(outside, inside) and torch.equal(inside_again, inside)
 
 
-def test_loader_picks_bf16_prefill_only_for_dtype_auto_on_native_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
-    from dspark_lsp.models import loader
+def test_prefill_products_by_cpu_and_request() -> None:
+    from dspark_lsp.errors import ModelError
+    from dspark_lsp.models.loader import prefill_choice
 
-    before = torch.ops.dspark_q.prefill_bf16()
+    zen4, avx2 = {"avx2", "avx512_vnni", "avx512_bf16"}, {"avx2", "fma"}
+    amx = zen4 | {"amx_tile", "amx_bf16"}
+    assert prefill_choice(False, True, zen4) == "int8"  # int8 rows beat the bf16 GEMM without AMX
+    assert prefill_choice(False, True, avx2) == "int8"
+    assert prefill_choice(False, True, amx) == "bf16"  # AMX's bf16 GEMM is faster still
+    assert prefill_choice(False, False, zen4) == "bf16"  # a build without int8 products
+    assert prefill_choice(False, False, avx2) == "fp32"
+    assert prefill_choice(True, True, zen4) == "fp32"  # dtype gguf: the file's exact arithmetic
+    assert prefill_choice(False, True, zen4, "fp32") == "fp32"
+    assert prefill_choice(False, True, zen4, "bf16") == "bf16"
+    assert prefill_choice(False, True, amx, "int8") == "int8"
+    assert prefill_choice(False, False, amx, "int8") == "bf16"  # asked for, not built: the best of the rest
+    with pytest.raises(ModelError, match="DSPARK_PREFILL must be one of auto, int8, bf16, fp32, not 'int4'"):
+        prefill_choice(False, True, zen4, "int4")
+
+
+def test_loader_sets_the_kernels_prefill_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dspark_lsp.models import loader
+    from dspark_lsp.quant.linear import apply_act8
+
+    before = (torch.ops.dspark_q.prefill_bf16(), torch.ops.dspark_q.prefill_int8(), torch.ops.dspark_q.act8())
     try:
-        monkeypatch.setattr(loader, "cpu_has_native_bf16", lambda: True)
+        monkeypatch.setattr(loader, "cpu_flags", lambda: {"avx2", "avx512_bf16"})
         monkeypatch.delenv(loader.PREFILL_ENV, raising=False)
         loader._choose_prefill_precision("m", explicit=False)
-        assert torch.ops.dspark_q.prefill_bf16()
+        if torch.ops.dspark_q.act8():
+            assert torch.ops.dspark_q.prefill_int8() > 0 and not torch.ops.dspark_q.prefill_bf16()
+        else:
+            assert torch.ops.dspark_q.prefill_int8() == 0 and torch.ops.dspark_q.prefill_bf16()
         loader._choose_prefill_precision("m", explicit=True)  # dtype gguf: the file's exact arithmetic
-        assert not torch.ops.dspark_q.prefill_bf16()
+        assert torch.ops.dspark_q.prefill_int8() == 0 and not torch.ops.dspark_q.prefill_bf16()
+        monkeypatch.setenv(loader.PREFILL_ENV, "bf16")
+        loader._choose_prefill_precision("m", explicit=False)
+        assert torch.ops.dspark_q.prefill_int8() == 0 and torch.ops.dspark_q.prefill_bf16()
         monkeypatch.setenv(loader.PREFILL_ENV, "fp32")
         loader._choose_prefill_precision("m", explicit=False)
-        assert not torch.ops.dspark_q.prefill_bf16()
-        monkeypatch.delenv(loader.PREFILL_ENV)
-        monkeypatch.setattr(loader, "cpu_has_native_bf16", lambda: False)
-        loader._choose_prefill_precision("m", explicit=False)
-        assert not torch.ops.dspark_q.prefill_bf16()
+        assert torch.ops.dspark_q.prefill_int8() == 0 and not torch.ops.dspark_q.prefill_bf16()
     finally:
-        torch.ops.dspark_q.set_prefill_bf16(before)
+        torch.ops.dspark_q.set_prefill_bf16(before[0])
+        torch.ops.dspark_q.set_prefill_int8(before[1])
+        apply_act8(before[2])
