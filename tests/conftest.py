@@ -66,6 +66,7 @@ def _exact_prefill_products() -> Iterator[None]:
             pass
         try:
             torch.ops.dspark_q.set_act8(False)
+            torch.ops.dspark_q.set_prefill_int8(0)  # int8 prefill rows: on after a dtype auto load
         except (AttributeError, RuntimeError):  # not loaded, or a build without int8 products
             pass
     yield

@@ -56,13 +56,27 @@ def compact_enabled() -> bool:
     return os.environ.get(ENV_COMPACT, "1") != "0"
 
 
-# 1: compact Q6_K panels keep 6-bit codes (kind 16, blocks.pack_six) instead of a byte a code; 0: a byte.
+# 1: compact Q6_K panels keep 6-bit codes (kind 16, blocks.pack_six) instead of a byte a code; 0: a byte;
+# auto (the default): 6 bits where the int8 products run them (builds with VNNI, int8 activations on).
+# There the 1.5B's forward reads 970 MiB instead of 1,073 and ran 0.89 / 0.94 / 0.94 / 1.02x the byte
+# codes' time at 1 / 2 / 4 / 8 tokens, the 0.5B 0.97-1.00x (docs/KERNEL.md, "6-bit Q6_K codes"); with
+# int16 products the extra instructions made 8-token forwards 1.04-1.06x slower.
 ENV_SIX = "DSPARK_Q6K_6BIT"
-SIX_DEFAULT = "0"
+SIX_DEFAULT = "auto"
 
 
 def six_enabled() -> bool:
-    return os.environ.get(ENV_SIX, SIX_DEFAULT) != "0"
+    want = os.environ.get(ENV_SIX, SIX_DEFAULT)
+    if want != "auto":
+        return want != "0"
+    return act8_requested() and act8_available() and _act8_vnni()
+
+
+def _act8_vnni() -> bool:
+    try:
+        return bool(torch.ops.dspark_q.act8_vnni())
+    except (AttributeError, RuntimeError):  # the kernel is not loaded
+        return False
 
 
 # 1: panels of Q8_0, Q5_0 and Q4_0 keep the file's fp16 scales (blocks.half_scales); 0: fp32 scales.

@@ -804,21 +804,31 @@ inline __m256i perm_nibbles(int first) {
   return _mm256_load_si256(reinterpret_cast<const __m256i*>(idx));
 }
 
+// 6-bit panels: the 16 high-plane bytes of quads q and q + 1 (q even) placed so that one and with 0x30
+// gives each low-nibble byte its code's bits 4-5, and a 16-bit shift right by 2 then the same and gives
+// each high-nibble byte its own: bytes 0-15 (quad q) hold the plane as stored (its bits 4-5 and 6-7 are
+// quad q's), bytes 16-31 (quad q + 1) the plane shifted up by 4 (its bits 0-1 and 2-3 moved there). The
+// shifts move bits across a 16-bit lane's bytes only into bits the and clears.
+inline __m256i high_plane(const char* hp) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(hp));
+  return _mm256_inserti128_si256(_mm256_castsi128_si256(h), _mm_slli_epi16(h, 4), 1);
+}
+
 // R rows of int8 x against panel P, C integer chains per row. The fp32 part is panel_dots' own: per
 // unit, the exact integer dot becomes fp32 once, times weight scale * activation scale; the offset term
 // (affine types) multiplies the group's fp32 sum of x as there.
 template <int L, bool OFF, bool TWO, bool CS, int R, int C>
 inline void panel_dots8(const Mat& m, int64_t P, const int8_t* xq, const float* xsu, int64_t GU8, int64_t K,
                         const int32_t* corr, int64_t GU, const float* xs1, int64_t G8, float* out, int64_t N) {
-  static_assert(L == 4 || L == 8, "int8 activations: 4-bit and byte panels only");
+  static_assert(L == 4 || L == 6 || L == 8, "int8 activations: 4-bit, 6-bit and byte panels");
   constexpr int U = TWO ? 2 : 1;
   constexpr int QU = 8 / U;  // quads of inputs per unit
-  constexpr int64_t GC = L == 8 ? 256 : 128;
+  constexpr int64_t GC = L == 8 ? 256 : L == 6 ? 192 : 128;
   constexpr int64_t GB = GC + (CS ? 16 : 0);
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   const char* base = L == 8 ? reinterpret_cast<const char*>(m.q8) : reinterpret_cast<const char*>(m.nib);
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i low4 = _mm256_set1_epi8(0x0F), two_bits = _mm256_set1_epi8(0x30);
   const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
   const __m256i pp = perm_pairs(), pn0 = perm_nibbles(0), pn1 = perm_nibbles(16);
   for (int64_t g = 0; g < m.G; ++g) {
@@ -844,7 +854,12 @@ inline void panel_dots8(const Mat& m, int64_t P, const int8_t* xq, const float* 
           w1 = _mm256_permutexvar_epi8(pp, _mm256_xor_si256(_mm256_loadu_si256(cq + 1), flip));
         } else {
           const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cp + 16 * q));
-          const __m256i lo = _mm256_and_si256(b, low4), hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), low4);
+          __m256i lo = _mm256_and_si256(b, low4), hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), low4);
+          if (L == 6) {
+            const __m256i h = high_plane(cp + 128 + 8 * q);
+            lo = _mm256_or_si256(lo, _mm256_and_si256(h, two_bits));
+            hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_srli_epi16(h, 2), two_bits));
+          }
           w0 = _mm256_permutex2var_epi8(lo, pn0, hi);
           w1 = _mm256_permutex2var_epi8(lo, pn1, hi);
         }
@@ -889,18 +904,31 @@ inline __m512i perm_nibbles512(int first) {
   return _mm512_load_si512(idx);
 }
 
+// high_plane for two panels from their whole 64-byte high planes: quads 2j and 2j + 1 of panel P in the
+// low 256 bits, of panel P + 1 in the high ones (one lane shuffle and one masked shift).
+inline __m512i high_planes2(__m512i hp0, __m512i hp1, int j) {
+  __m512i h;
+  switch (j) {  // the shuffle takes an immediate; j is a constant once the quad loop is unrolled
+    case 0: h = _mm512_shuffle_i32x4(hp0, hp1, 0x00); break;
+    case 1: h = _mm512_shuffle_i32x4(hp0, hp1, 0x55); break;
+    case 2: h = _mm512_shuffle_i32x4(hp0, hp1, 0xAA); break;
+    default: h = _mm512_shuffle_i32x4(hp0, hp1, 0xFF); break;
+  }
+  return _mm512_mask_slli_epi16(h, 0xFF00FF00u, h, 4);  // 128-bit lanes 1 and 3: the odd quads
+}
+
 template <int L, bool OFF, bool TWO, bool CS, int R, int C>
 inline void panel_dots8x2(const Mat& m, int64_t P, const int8_t* xq, const float* xsu, int64_t GU8, int64_t K,
                           const int32_t* corr, int64_t GU, const float* xs1, int64_t G8, float* out, int64_t N) {
   constexpr int U = TWO ? 2 : 1;
   constexpr int QU = 8 / U;
-  constexpr int64_t GC = L == 8 ? 256 : 128;
+  constexpr int64_t GC = L == 8 ? 256 : L == 6 ? 192 : 128;
   constexpr int64_t GB = GC + (CS ? 16 : 0);
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   const char* base = L == 8 ? reinterpret_cast<const char*>(m.q8) : reinterpret_cast<const char*>(m.nib);
   const int64_t next = m.G * GB;  // panel P + 1's group g, from panel P's
-  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  const __m512i low4 = _mm512_set1_epi8(0x0F), two_bits = _mm512_set1_epi8(0x30);
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   const __m512i pp = perm_pairs512(), pn0 = perm_nibbles512(0), pn1 = perm_nibbles512(16);
   for (int64_t g = 0; g < m.G; ++g) {
@@ -913,6 +941,12 @@ inline void panel_dots8x2(const Mat& m, int64_t P, const int8_t* xq, const float
     }
     const int8_t* ax = reinterpret_cast<const int8_t*>(cp + GC);
     const int8_t* ax1 = reinterpret_cast<const int8_t*>(cp + next + GC);
+    // 6-bit panels: both panels' whole high planes, 64 bytes each (high_planes2)
+    __m512i hp0 = _mm512_setzero_si512(), hp1 = hp0;
+    if (L == 6) {
+      hp0 = _mm512_loadu_si512(cp + 128);
+      hp1 = _mm512_loadu_si512(cp + next + 128);
+    }
     const int64_t sb = CS ? (P * m.S + g / 8) * 8 : 0, sb1 = sb + m.S * 8;
     for (int u = 0; u < U; ++u) {
       __m512i s[R][C];
@@ -930,7 +964,12 @@ inline void panel_dots8x2(const Mat& m, int64_t P, const int8_t* xq, const float
         } else {
           const char* c0 = cp + 16 * q;
           const __m512i b = join256(load256(c0), load256(c0 + next));
-          const __m512i lo = _mm512_and_si512(b, low4), hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), low4);
+          __m512i lo = _mm512_and_si512(b, low4), hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), low4);
+          if (L == 6) {
+            const __m512i h = high_planes2(hp0, hp1, q / 2);
+            lo = _mm512_or_si512(lo, _mm512_and_si512(h, two_bits));
+            hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_srli_epi16(h, 2), two_bits));
+          }
           w0 = _mm512_permutex2var_epi8(lo, pn0, hi);
           w1 = _mm512_permutex2var_epi8(lo, pn1, hi);
         }
@@ -1089,6 +1128,9 @@ void panel_product8_t(const Mat& m, const int8_t* xq, const float* xsu, int64_t 
 void panel_product8(const Mat& m, const int8_t* xq, const float* xsu, int64_t GU8, int64_t M, int64_t K,
                     const int32_t* corr, int64_t GU, int64_t p0, int64_t p1, int64_t N, float* op,
                     const float* xs1, int64_t G8) {
+#ifdef DSPARK_ACT8_VNNI
+  if (m.layout == 6) return panel_product8_t<6, false, true, true>(m, xq, xsu, GU8, M, K, corr, GU, p0, p1, N, op, xs1, G8);
+#endif
   if (m.layout == 4) DSPARK_DISPATCH_PANEL_L(panel_product8_t, 4, m, m, xq, xsu, GU8, M, K, corr, GU, p0, p1, N, op, xs1, G8);
   else DSPARK_DISPATCH_PANEL_L(panel_product8_t, 8, m, m, xq, xsu, GU8, M, K, corr, GU, p0, p1, N, op, xs1, G8);
 }
@@ -1716,7 +1758,7 @@ at::Tensor qmm(const at::Tensor& x_in, int64_t kind, const at::Tensor& codes, co
   const float* xp = x.data_ptr<float>();
   float* op = out.data_ptr<float>();
 #ifdef DSPARK_ACT8
-  const bool act8_rows = m.panel && m.layout != 6 && g_act8.load(std::memory_order_relaxed);
+  const bool act8_rows = m.panel && (m.layout != 6 || kAct8Vnni) && g_act8.load(std::memory_order_relaxed);
   const int64_t block = g_prefill_int8.load(std::memory_order_relaxed);
   if (M > small_m && act8_rows && block > 0) {
     // Prefill through the int8 row products, a block of rows at a time: on CPUs without AMX they beat

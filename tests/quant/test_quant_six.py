@@ -4,13 +4,16 @@ group instead of a byte a code.
 Checks: the weights are the gguf package's reference values bit for bit (in numpy, as embedding rows
 and through the prefill GEMM); the layout inverts to the byte-code compact panels exactly and holds
 6.625 bits a weight; the few-row products equal the byte-code compact panels' bit for bit at 1, 2, 4,
-5, 6, 8 rows (and the others up to 13) and each row equals that row alone; fused matrices equal their
+5, 6, 8 rows (and the others up to 13) and each row equals that row alone, with int16 activations and
+with int8 ones (VNNI builds run 6-bit panels through vpdpbusd too; the int8 prefill rows likewise);
+fused matrices equal their
 parts; the switch (DSPARK_Q6K_6BIT, kernel_layout's ``six``) picks the layout, for Q6_K only; a whole tiny
 model gives the same logits either way.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -29,11 +32,14 @@ from test_quant_layout import _as_packed, _bits, _check_codes_hit_edges, _packed
 from dspark_lsp.models.gguf_target import build_quantized_model
 from dspark_lsp.quant import blocks
 from dspark_lsp.quant.linear import (
+    ENV_ACT8,
     ENV_SIX,
     SMALL_M,
     FusedProjections,
     QuantEmbedding,
     QuantLinear,
+    act8_available,
+    apply_act8,
     kernel_layout,
 )
 
@@ -87,6 +93,13 @@ def test_switch_picks_the_layout(monkeypatch: pytest.MonkeyPatch) -> None:
     assert kernel_layout(p).kind == blocks.SIX
     monkeypatch.setenv(ENV_SIX, "0")
     assert kernel_layout(p).kind == 18
+    # auto (the default): 6 bits where the int8 products run them (VNNI builds), byte codes elsewhere
+    monkeypatch.delenv(ENV_SIX)
+    monkeypatch.setenv(ENV_ACT8, "1")  # the product's default (the test suite runs with int16)
+    vnni = act8_available() and bool(torch.ops.dspark_q.act8_vnni())
+    assert (kernel_layout(p).kind == blocks.SIX) == vnni
+    monkeypatch.setenv(ENV_ACT8, "0")  # int16 products: byte codes
+    assert kernel_layout(p).kind == 18
 
 
 def _pair(n: int, k: int, seed: int) -> tuple[QuantLinear, QuantLinear]:
@@ -95,7 +108,17 @@ def _pair(n: int, k: int, seed: int) -> tuple[QuantLinear, QuantLinear]:
     return QuantLinear(blocks.interleave(p, compact=True), bias), QuantLinear(blocks.interleave(p, True, True), bias)
 
 
-def test_six_bit_products_equal_byte_code_panels_at_every_verify_width() -> None:
+@pytest.fixture(params=["int16", "int8"])
+def activations(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Both activation paths (process-wide switch), int16 left on afterwards."""
+    if request.param == "int8" and not act8_available():
+        pytest.skip("this kernel build has no int8 products")
+    assert apply_act8(request.param == "int8") == (request.param == "int8")
+    yield request.param
+    apply_act8(False)
+
+
+def test_six_bit_products_equal_byte_code_panels_at_every_verify_width(activations: str) -> None:
     old, new = _pair(48, 1536, seed=76)
     assert old.kind == 18 and new.kind == blocks.SIX
     x = torch.randn(13, 1536, generator=torch.Generator().manual_seed(4)) * 3
@@ -109,10 +132,15 @@ def test_six_bit_products_equal_byte_code_panels_at_every_verify_width() -> None
         assert torch.equal(new(x[13 - m :]), alone[13 - m :]), f"M={m} (tail)"
 
 
-def test_six_bit_prefill_gemm_equals_byte_code_panels() -> None:
+@pytest.mark.parametrize("int8_rows", [0, 16])
+def test_six_bit_prefill_equals_byte_code_panels(activations: str, int8_rows: int) -> None:
     old, new = _pair(72, 512, seed=77)
     x = torch.randn(SMALL_M + 9, 512, generator=torch.Generator().manual_seed(5))
-    assert torch.equal(new(x), old(x))
+    before = int(torch.ops.dspark_q.set_prefill_int8(int8_rows))
+    try:
+        assert torch.equal(new(x), old(x))
+    finally:
+        torch.ops.dspark_q.set_prefill_int8(before)
 
 
 def test_fused_six_bit_matrices_equal_their_parts() -> None:
