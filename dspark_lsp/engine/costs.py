@@ -73,19 +73,21 @@ def measure_verify_cost(
     forward(model, ids[:context], cache, keep=1)
     forward(model, ids[context : context + 1], cache)  # warm the decode path once
     crop(cache, context)
-    out: dict[int, float] = {}
-    for n in sizes:
-        times = []
-        for _ in range(repeats):
+    times: dict[int, list[float]] = {n: [] for n in sizes}
+    # Rounds over all sizes rather than all repeats of one size in a row: a slow spell of a shared host
+    # then lands on several sizes once each instead of on every sample of one size (on the Zen 4 VM a
+    # size-by-size calibration once put 1 token at 52 ms and 2 at 52, where 1 costs ~39: the scheduler
+    # then planned with a curve that was flat where it is not).
+    for _ in range(repeats):
+        for n in sizes:
             sync()
             t0 = time.perf_counter()
             forward(model, ids[context : context + n], cache)
             sync()
-            times.append((time.perf_counter() - t0) * 1000)
+            times[n].append((time.perf_counter() - t0) * 1000)
             crop(cache, context)
-        # The minimum, not the median: on a shared machine interference only ever adds time.
-        out[n] = round(min(times), 3)
-    return out
+    # The minimum, not the median: on a shared machine interference only ever adds time.
+    return {n: round(min(times[n]), 3) for n in sizes}
 
 
 def _device_sync(model: Any) -> Any:

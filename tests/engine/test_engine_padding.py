@@ -54,6 +54,25 @@ def test_measured_curve_has_every_size(random_lm: Any) -> None:
     assert set(raw) == {1, 2, 3} and all(v > 0 for v in raw.values())
 
 
+def test_calibration_measures_in_rounds_over_the_sizes(random_lm: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One round of every size, then the next: a slow spell of a shared host then cannot take every
+    sample of one size (size by size, the Zen 4 VM once measured 1 token as dear as 2)."""
+    from dspark_lsp.engine import kv
+
+    model = random_lm(1, vocab_size=48, hidden=16)
+    widths: list[int] = []
+    real = kv.forward
+
+    def spy(m: Any, ids: list[int], cache: Any, **kw: Any) -> Any:
+        widths.append(len(ids))
+        return real(m, ids, cache, **kw)
+
+    monkeypatch.setattr(kv, "forward", spy)
+    raw = measure_verify_cost(model, context=16, sizes=(1, 2, 4), repeats=3)
+    assert set(raw) == {1, 2, 4}
+    assert widths[2:] == [1, 2, 4] * 3  # after the prefill (16) and the decode warm-up (1)
+
+
 def test_calibration_plans_from_what_it_measured(random_lm: Any) -> None:
     plan = calibrate_forwards(random_lm(2, vocab_size=48, hidden=16))
     assert set(plan.measured_ms) == set(CALIBRATION_SIZES)
