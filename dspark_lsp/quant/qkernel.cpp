@@ -40,6 +40,7 @@
 #endif
 #include <cstring>
 #include <vector>
+#include <vector>
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
@@ -917,9 +918,61 @@ inline __m512i high_planes2(__m512i hp0, __m512i hp1, int j) {
   return _mm512_mask_slli_epi16(h, 0xFF00FF00u, h, 4);  // 128-bit lanes 1 and 3: the odd quads
 }
 
-template <int L, bool OFF, bool TWO, bool CS, int R, int C>
+// The constants of the code unpacking below, built once per call.
+struct Unpack512 {
+  __m512i low4 = _mm512_set1_epi8(0x0F), two_bits = _mm512_set1_epi8(0x30);
+  __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512i pp = perm_pairs512(), pn0 = perm_nibbles512(0), pn1 = perm_nibbles512(16);
+};
+
+// Quads q and q + 1 (q even) of group g's codes of panels P and P + 1 in vpdpbusd's order (row i's four
+// inputs in 32-bit lane i; panel P + 1's rows in the high 256 bits): w0, w1. cp: panel P's group g;
+// next: the distance to panel P + 1's; hp0, hp1: the 6-bit panels' high planes of the group.
+template <int L>
+inline void codes8x2(const Unpack512& k, const char* cp, int64_t next, int q, __m512i hp0, __m512i hp1,
+                     __m512i& w0, __m512i& w1) {
+  if (L == 8) {
+    const char* c0 = cp + 32 * q;
+    w0 = _mm512_permutexvar_epi8(k.pp, _mm512_xor_si512(join256(load256(c0), load256(c0 + next)), k.flip));
+    w1 = _mm512_permutexvar_epi8(k.pp, _mm512_xor_si512(join256(load256(c0 + 32), load256(c0 + 32 + next)), k.flip));
+    return;
+  }
+  const char* c0 = cp + 16 * q;
+  const __m512i b = join256(load256(c0), load256(c0 + next));
+  __m512i lo = _mm512_and_si512(b, k.low4), hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), k.low4);
+  if (L == 6) {
+    const __m512i h = high_planes2(hp0, hp1, q / 2);
+    lo = _mm512_or_si512(lo, _mm512_and_si512(h, k.two_bits));
+    hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_srli_epi16(h, 2), k.two_bits));
+  }
+  w0 = _mm512_permutex2var_epi8(lo, k.pn0, hi);
+  w1 = _mm512_permutex2var_epi8(lo, k.pn1, hi);
+}
+
+// A panel pair's codes unpacked once, for many rows of x (prefill blocks): pre[(g * 4 + q / 2) * 2 + e]
+// is codes8x2's w0 (e = 0) or w1 (e = 1) of group g, so the row blocks skip the unpacking.
+template <int L, bool CS>
+void unpack_pair(const Mat& m, int64_t P, __m512i* pre) {
+  constexpr int64_t GB = (L == 8 ? 256 : L == 6 ? 192 : 128) + (CS ? 16 : 0);
+  const char* base = L == 8 ? reinterpret_cast<const char*>(m.q8) : reinterpret_cast<const char*>(m.nib);
+  const int64_t next = m.G * GB;
+  const Unpack512 k;
+  for (int64_t g = 0; g < m.G; ++g) {
+    const char* cp = base + (P * m.G + g) * GB;
+    __m512i hp0 = _mm512_setzero_si512(), hp1 = hp0;
+    if (L == 6) {
+      hp0 = _mm512_loadu_si512(cp + 128);
+      hp1 = _mm512_loadu_si512(cp + next + 128);
+    }
+    for (int q = 0; q < 8; q += 2) codes8x2<L>(k, cp, next, q, hp0, hp1, pre[(g * 4 + q / 2) * 2], pre[(g * 4 + q / 2) * 2 + 1]);
+  }
+}
+
+// pre: the pair's codes from unpack_pair (PRE), else unpacked here per group.
+template <int L, bool OFF, bool TWO, bool CS, int R, int C, bool PRE = false>
 inline void panel_dots8x2(const Mat& m, int64_t P, const int8_t* xq, const float* xsu, int64_t GU8, int64_t K,
-                          const int32_t* corr, int64_t GU, const float* xs1, int64_t G8, float* out, int64_t N) {
+                          const int32_t* corr, int64_t GU, const float* xs1, int64_t G8, float* out, int64_t N,
+                          const __m512i* pre = nullptr) {
   constexpr int U = TWO ? 2 : 1;
   constexpr int QU = 8 / U;
   constexpr int64_t GC = L == 8 ? 256 : L == 6 ? 192 : 128;
@@ -928,14 +981,12 @@ inline void panel_dots8x2(const Mat& m, int64_t P, const int8_t* xq, const float
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   const char* base = L == 8 ? reinterpret_cast<const char*>(m.q8) : reinterpret_cast<const char*>(m.nib);
   const int64_t next = m.G * GB;  // panel P + 1's group g, from panel P's
-  const __m512i low4 = _mm512_set1_epi8(0x0F), two_bits = _mm512_set1_epi8(0x30);
-  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-  const __m512i pp = perm_pairs512(), pn0 = perm_nibbles512(0), pn1 = perm_nibbles512(16);
+  const Unpack512 k;
   for (int64_t g = 0; g < m.G; ++g) {
     const int64_t pg = P * m.G + g;
     const char* cp = base + pg * GB;
 #pragma GCC unroll 8
-    for (int64_t o = 0; o < GB; o += 64) {
+    for (int64_t o = 0; o < GB && !PRE; o += 64) {
       _mm_prefetch(cp + DSPARK_PF + o, _MM_HINT_T0);
       _mm_prefetch(cp + next + DSPARK_PF + o, _MM_HINT_T0);
     }
@@ -943,7 +994,7 @@ inline void panel_dots8x2(const Mat& m, int64_t P, const int8_t* xq, const float
     const int8_t* ax1 = reinterpret_cast<const int8_t*>(cp + next + GC);
     // 6-bit panels: both panels' whole high planes, 64 bytes each (high_planes2)
     __m512i hp0 = _mm512_setzero_si512(), hp1 = hp0;
-    if (L == 6) {
+    if (L == 6 && !PRE) {
       hp0 = _mm512_loadu_si512(cp + 128);
       hp1 = _mm512_loadu_si512(cp + next + 128);
     }
@@ -957,21 +1008,11 @@ inline void panel_dots8x2(const Mat& m, int64_t P, const int8_t* xq, const float
 #pragma GCC unroll 8
       for (int q = u * QU; q < (u + 1) * QU; q += 2) {
         __m512i w0, w1;
-        if (L == 8) {
-          const char* c0 = cp + 32 * q;
-          w0 = _mm512_permutexvar_epi8(pp, _mm512_xor_si512(join256(load256(c0), load256(c0 + next)), flip));
-          w1 = _mm512_permutexvar_epi8(pp, _mm512_xor_si512(join256(load256(c0 + 32), load256(c0 + 32 + next)), flip));
+        if (PRE) {
+          w0 = _mm512_load_si512(pre + (g * 4 + q / 2) * 2);
+          w1 = _mm512_load_si512(pre + (g * 4 + q / 2) * 2 + 1);
         } else {
-          const char* c0 = cp + 16 * q;
-          const __m512i b = join256(load256(c0), load256(c0 + next));
-          __m512i lo = _mm512_and_si512(b, low4), hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), low4);
-          if (L == 6) {
-            const __m512i h = high_planes2(hp0, hp1, q / 2);
-            lo = _mm512_or_si512(lo, _mm512_and_si512(h, two_bits));
-            hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_srli_epi16(h, 2), two_bits));
-          }
-          w0 = _mm512_permutex2var_epi8(lo, pn0, hi);
-          w1 = _mm512_permutex2var_epi8(lo, pn1, hi);
+          codes8x2<L>(k, cp, next, q, hp0, hp1, w0, w1);
         }
         for (int r = 0; r < R; ++r) {
           const int8_t* xp = xq + r * K + g * 32 + 4 * q;
@@ -1102,6 +1143,34 @@ void panel_product8_t(const Mat& m, const int8_t* xq, const float* xsu, int64_t 
 #else
     const bool pair = false;
 #define DSPARK_ACT8_DOTS(RR) panel_dots8_avx2<L, OFF, TWO, CS, RR>(m, P, xr, sr, GU8, K, cr, GU, xs, G8, orow, N)
+#endif
+#ifdef DSPARK_ACT8_WIDE
+    if (pair && M > 8) {  // several row blocks (prefill): unpack the pair's codes once for all of them
+      thread_local std::vector<__m512i> pre;
+      pre.resize(m.G * 8);
+      unpack_pair<L, CS>(m, P, pre.data());
+      for (int64_t r = 0; r < M; r += 8) {
+        const int8_t* xr = xq + r * K;
+        const float* sr = xsu + r * GU8;
+        const int32_t* cr = corr + r * GU;
+        const float* xs = OFF ? xs1 + r * G8 : nullptr;
+        float* orow = op + r * N;
+        switch (std::min<int64_t>(8, M - r)) {
+#define DSPARK_PRE(RR) panel_dots8x2<L, OFF, TWO, CS, RR, chains8<RR>(), true>(m, P, xr, sr, GU8, K, cr, GU, xs, G8, orow, N, pre.data())
+          case 8: DSPARK_PRE(8); break;
+          case 7: DSPARK_PRE(7); break;
+          case 6: DSPARK_PRE(6); break;
+          case 5: DSPARK_PRE(5); break;
+          case 4: DSPARK_PRE(4); break;
+          case 3: DSPARK_PRE(3); break;
+          case 2: DSPARK_PRE(2); break;
+          default: DSPARK_PRE(1); break;
+#undef DSPARK_PRE
+        }
+      }
+      P += 2;
+      continue;
+    }
 #endif
     for (int64_t r = 0; r < M; r += 8) {
       const int8_t* xr = xq + r * K;
