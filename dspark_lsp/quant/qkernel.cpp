@@ -1135,8 +1135,9 @@ void panel_product8_t(const Mat& m, const int8_t* xq, const float* xsu, int64_t 
     // widths a product streams its weights from memory and the arithmetic saved does not matter).
     const bool pair = P + 1 < p1 && M >= g_pair_min.load(std::memory_order_relaxed);
 #define DSPARK_ACT8_DOTS(RR)                                                                            \
-  (pair ? panel_dots8x2<L, OFF, TWO, CS, RR, chains8<RR>()>(m, P, xr, sr, GU8, K, cr, GU, xs, G8, orow, N) \
-        : panel_dots8<L, OFF, TWO, CS, RR, chains8<RR>()>(m, P, xr, sr, GU8, K, cr, GU, xs, G8, orow, N))
+  (pre_ptr ? panel_dots8x2<L, OFF, TWO, CS, RR, chains8<RR>(), true>(m, P, xr, sr, GU8, K, cr, GU, xs, G8, orow, N, pre_ptr) \
+   : pair ? panel_dots8x2<L, OFF, TWO, CS, RR, chains8<RR>()>(m, P, xr, sr, GU8, K, cr, GU, xs, G8, orow, N) \
+          : panel_dots8<L, OFF, TWO, CS, RR, chains8<RR>()>(m, P, xr, sr, GU8, K, cr, GU, xs, G8, orow, N))
 #elif defined(DSPARK_ACT8_VNNI)
     const bool pair = false;
 #define DSPARK_ACT8_DOTS(RR) panel_dots8<L, OFF, TWO, CS, RR, chains8<RR>()>(m, P, xr, sr, GU8, K, cr, GU, xs, G8, orow, N)
@@ -1145,31 +1146,13 @@ void panel_product8_t(const Mat& m, const int8_t* xq, const float* xsu, int64_t 
 #define DSPARK_ACT8_DOTS(RR) panel_dots8_avx2<L, OFF, TWO, CS, RR>(m, P, xr, sr, GU8, K, cr, GU, xs, G8, orow, N)
 #endif
 #ifdef DSPARK_ACT8_WIDE
-    if (pair && M > 8) {  // several row blocks (prefill): unpack the pair's codes once for all of them
-      thread_local std::vector<__m512i> pre;
+    // Several row blocks (prefill): the pair's codes unpacked once for all of them (same bits).
+    thread_local std::vector<__m512i> pre;
+    const __m512i* pre_ptr = nullptr;
+    if (pair && M > 8) {
       pre.resize(m.G * 8);
       unpack_pair<L, CS>(m, P, pre.data());
-      for (int64_t r = 0; r < M; r += 8) {
-        const int8_t* xr = xq + r * K;
-        const float* sr = xsu + r * GU8;
-        const int32_t* cr = corr + r * GU;
-        const float* xs = OFF ? xs1 + r * G8 : nullptr;
-        float* orow = op + r * N;
-        switch (std::min<int64_t>(8, M - r)) {
-#define DSPARK_PRE(RR) panel_dots8x2<L, OFF, TWO, CS, RR, chains8<RR>(), true>(m, P, xr, sr, GU8, K, cr, GU, xs, G8, orow, N, pre.data())
-          case 8: DSPARK_PRE(8); break;
-          case 7: DSPARK_PRE(7); break;
-          case 6: DSPARK_PRE(6); break;
-          case 5: DSPARK_PRE(5); break;
-          case 4: DSPARK_PRE(4); break;
-          case 3: DSPARK_PRE(3); break;
-          case 2: DSPARK_PRE(2); break;
-          default: DSPARK_PRE(1); break;
-#undef DSPARK_PRE
-        }
-      }
-      P += 2;
-      continue;
+      pre_ptr = pre.data();
     }
 #endif
     for (int64_t r = 0; r < M; r += 8) {

@@ -17,6 +17,7 @@ import pytest
 import torch
 from quant_testlib import K_QUANTS, SUPPORTED, T, random_blocks
 
+from dspark_lsp.models.loader import cpu_flags
 from dspark_lsp.quant import blocks
 from dspark_lsp.quant.build import ENV_MARCH, KernelUnavailable, load_kernel
 from dspark_lsp.quant.linear import SMALL_M, QuantLinear, kernel_tensors
@@ -28,16 +29,6 @@ except KernelUnavailable as exc:  # pragma: no cover - the kernel builds whereve
 
 PATHS = {"fast": 0, "rows": 1, "scratch": 2}
 
-
-def _cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as fh:
-            for line in fh:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
 
 
 @pytest.fixture
@@ -82,7 +73,7 @@ def test_the_fast_path_is_in_effect_where_the_cpu_has_it(rebuild_path: None) -> 
     """On a CPU with AVX512-BF16 and VBMI the kernel (built for it) takes path 0, so the tests below test it."""
     if os.environ.get(ENV_MARCH, "native") not in ("", "native"):
         pytest.skip(f"{ENV_MARCH} builds the kernel for another CPU than this one")
-    flags = _cpu_flags()
+    flags = cpu_flags()
     got = torch.ops.dspark_q.set_prefill_rebuild(PATHS["fast"])
     if {"avx512_bf16", "avx512vbmi", "avx512bw"} <= flags:
         assert got == PATHS["fast"]
