@@ -489,7 +489,7 @@ def export_eagle(
     out: Path,
     *,
     draft: str = "dspark-feat-qwc05",
-    target: str = "default",
+    target: str = "qwen2.5-coder-0.5b",
     cache_dir: str | None = None,
     calibration_tokens: int = 2048,
     corpus: Path | None = None,
@@ -534,7 +534,7 @@ def add_export_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p = sub.add_parser("export-eagle", help="export the feature draft as a vLLM EAGLE checkpoint (see README, For teams)")
     p.add_argument("out", help="output directory (config.json, model.safetensors, dspark-eagle.json)")
     p.add_argument("--draft", default="dspark-feat-qwc05", help="a shipped feature draft name or its directory")
-    p.add_argument("--model", default="default", help="the target the draft was trained on")
+    p.add_argument("--model", default="qwen2.5-coder-0.5b", help="the target the draft was trained on (the 0.5B for dspark-feat-qwc05)")
     p.add_argument("--cache-dir", default=None)
     p.add_argument("--dtype", default="auto", help="the target's dtype for the calibration features")
     p.add_argument("--calibration-tokens", type=int, default=2048, help="target positions for the constants")

@@ -133,7 +133,7 @@ JSON
 # The function body's last line is empty and indented: the driver types `return fib` there.
 printf 'def fibonacci(n):\n    if n < 2:\n        return n\n    \n\n\nprint(fibonacci(10))\n' > "$sandbox/ws/sample.py"
 # code-server and the driver each run in a session of their own (setsid), so that everything they
-# start — the extension host, the dspark-lsp server with its ~1.4 GB of models, Chromium — is one
+# start — the extension host, the dspark-lsp server with its ~2 GB of model, Chromium — is one
 # process group that cleanup ends as a whole (killing code-server's own pid leaves its children running).
 stop_group() {
   local pgid="$1"

@@ -1,4 +1,4 @@
-"""With the real default model, an imported function's definition in the context changes the completion:
+"""With the real 0.5B model, an imported function's definition in the context changes the completion:
 the model calls it with the parameters the definition names."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ DOC = "from .net import open_channel\n\n\ndef start(config):\n    channel = open
 def service() -> Any:
     from dspark_lsp.service import CompletionService, ServiceConfig
 
-    return CompletionService.load(ServiceConfig(context_budget=256, completion_cache=False, max_new_tokens=24,
+    return CompletionService.load(ServiceConfig(model=MODEL, context_budget=256, completion_cache=False, max_new_tokens=24,
                                                 multiline="never"))
 
 

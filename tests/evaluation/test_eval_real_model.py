@@ -1,4 +1,4 @@
-"""`dspark-lsp eval` on the real default model (marked real_model; skipped when it is not prepared).
+"""`dspark-lsp eval` on the real 0.5B model (marked real_model; skipped when it is not prepared).
 
 One seeded HumanEval hole through the real CLI: the report is complete, the service's completion is the
 start of the model's raw output (the same greedy decode, cut), and `--rescore` re-cuts that raw output
@@ -38,7 +38,7 @@ def _eval(*argv: str) -> subprocess.CompletedProcess[str]:
 
 def test_eval_one_hole_on_the_real_model(tmp_path: Path) -> None:
     out = tmp_path / "report.json"
-    args = ["--sets", "single", "--limit", "1", "--seed", "3", "--llamacpp", "off", "--threads", "1"]
+    args = ["--model", MODEL, "--sets", "single", "--limit", "1", "--seed", "3", "--llamacpp", "off", "--threads", "1"]
     proc = _eval(*args, "--max-new-tokens", "32", "--raw-max-tokens", "48", "--out", str(out), "--json")
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)

@@ -32,8 +32,11 @@ def test_real_models_are_pinned_as_designed() -> None:
 
 def test_default_pair() -> None:
     pair = get_pair("default")
-    assert pair.target == DEFAULT_TARGET == "qwen2.5-coder-0.5b"
-    assert pair.draft_kind in ("model", "ngram", "none")
+    assert pair.target == DEFAULT_TARGET == "qwen2.5-coder-1.5b"  # issue 32: the better completions
+    assert (pair.draft, pair.draft_kind) == (None, "ngram")
+    # The 0.5B by its model name is its own pair with the feature draft trained on it, not an ad-hoc one.
+    small = pair_for("qwen2.5-coder-0.5b")
+    assert (small.target, small.draft, small.draft_kind) == ("qwen2.5-coder-0.5b", "dspark-feat-qwc05", "model")
     from dspark_lsp.drafts.io import shipped_drafts
 
     for p in PAIRS.values():

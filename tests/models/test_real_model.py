@@ -18,8 +18,9 @@ import pytest
 import torch
 
 from dspark_lsp.models import cache
+from dspark_lsp.models.registry import DEFAULT_TARGET
 
-MODEL = "qwen2.5-coder-0.5b"
+MODEL = DEFAULT_TARGET  # what `complete` runs without --model (the 1.5B since issue 32)
 REPO = Path(__file__).resolve().parents[2]
 MANIFEST = cache.model_dir(cache.cache_root(), MODEL) / "dspark-model.json"
 

@@ -1,4 +1,4 @@
-"""The default target as the server loads it holds its weights once, compactly (issue 14's peak RSS):
+"""The 0.5B target as the server loads it holds its weights once, compactly (issue 14's peak RSS):
 no fp32 copy of any table, no second copy of the embedding, the untied embedding read from the GGUF.
 Marked real_model; skipped when the model (with its GGUF) is not prepared or the kernel cannot build."""
 
@@ -10,9 +10,10 @@ import pytest
 import torch
 
 from dspark_lsp.models import cache
-from dspark_lsp.models.registry import DEFAULT_TARGET, get_model_spec
+from dspark_lsp.models.registry import QWEN_05B, get_model_spec
 
 pytestmark = pytest.mark.real_model
+TARGET = QWEN_05B.name  # the figures below are the 0.5B's
 
 # Resident tensor bytes of the loaded 0.5B target, measured: 518 MiB (the Q8_0 head's codes and scales
 # 146, the 24 layers' codes, scales and offsets 372, norms and biases). The token embedding (146 MiB more
@@ -22,20 +23,20 @@ MAX_TENSOR_MIB = 560
 
 @pytest.fixture(scope="module")
 def target() -> Any:
-    spec = get_model_spec(DEFAULT_TARGET)
+    spec = get_model_spec(TARGET)
     root = cache.cache_root()
-    if not cache.is_ready(cache.model_dir(root, DEFAULT_TARGET), DEFAULT_TARGET, spec.sha256):
-        pytest.skip(f"run `dspark-lsp models prepare {DEFAULT_TARGET}` first")
+    if not cache.is_ready(cache.model_dir(root, TARGET), TARGET, spec.sha256):
+        pytest.skip(f"run `dspark-lsp models prepare {TARGET}` first")
     from dspark_lsp.models.gguf_target import is_quantized
     from dspark_lsp.models.loader import load_causal_lm
 
-    model, _tok = load_causal_lm(DEFAULT_TARGET)  # what the service loads on a CPU (dtype auto)
+    model, _tok = load_causal_lm(TARGET)  # what the service loads on a CPU (dtype auto)
     if not is_quantized(model):
         pytest.skip("the quantized path is unavailable here (no GGUF kept or no kernel): fp32 weights")
     return model
 
 
-def test_default_target_holds_no_table_twice_and_none_in_fp32(target: Any) -> None:
+def test_small_target_holds_no_table_twice_and_none_in_fp32(target: Any) -> None:
     from dspark_lsp.quant.linear import QuantEmbedding
 
     config = target.config

@@ -85,7 +85,7 @@ def test_an_unfinished_first_line_is_never_cut(tiny_models: tuple[Path, Path]) -
 def test_an_early_answer_then_its_continuation_give_the_whole_completion() -> None:
     from dspark_lsp.service import CompletionService, ServiceConfig
 
-    service = CompletionService.load(ServiceConfig(max_new_tokens=48, quick_answer_ms=1))
+    service = CompletionService.load(ServiceConfig(model=MODEL, max_new_tokens=48, quick_answer_ms=1))
 
     def request(doc_key: str, typed: str = "", automatic: bool = True) -> CompletionRequest:
         text = FIB + typed

@@ -55,8 +55,8 @@ def _doc(text: str):  # type: ignore[no-untyped-def]
 def test_healing_mends_a_cursor_inside_a_token() -> None:
     """Suffix first, a prompt ending in `self.` or `.jo` reads as a boundary the model never saw: without
     healing the 0.5B writes ` items` (a space after the dot) and `all(` (a new name after `jo`)."""
-    healed = _service("default", max_new_tokens=24, quick_answer_ms=0)
-    plain = _service("default", max_new_tokens=24, quick_answer_ms=0, token_healing=False)
+    healed = _service(MODEL, max_new_tokens=24, quick_answer_ms=0)
+    plain = _service(MODEL, max_new_tokens=24, quick_answer_ms=0, token_healing=False)
 
     def complete(service, doc: str) -> str:  # type: ignore[no-untyped-def]
         return service.complete(CompletionRequest(doc, len(doc), path="a.py", doc_key=f"file:///{id(service)}")).text
