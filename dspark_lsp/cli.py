@@ -61,6 +61,8 @@ def cmd_complete(args: argparse.Namespace) -> int:
     # on failure.
     show_progress = not args.json and sys.stderr.isatty()
     service = CompletionService.load(cfg, progress=_progress_to_stderr if show_progress else None)
+    if service.notice:
+        print(f"{PROG}: note: {service.notice}", file=sys.stderr)
     result = service.complete(CompletionRequest(text=text, offset=offset, path=str(args.file), doc_key=str(args.file)))
     if args.json:
         _print_completion_json(result, service.description)

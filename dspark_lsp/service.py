@@ -75,13 +75,17 @@ class CompletionService:
     # a few pauses' worth, which is where the next answer's text comes back.
     OUTPUTS_PER_DOC = 4
 
-    def __init__(self, config: ServiceConfig, tokenizer: Any, decoding: Decoder, *, description: str = "") -> None:
+    def __init__(self, config: ServiceConfig, tokenizer: Any, decoding: Decoder, *, description: str = "",
+                 notice: str | None = None) -> None:
         from dspark_lsp.models.fim import detect_fim_tokens
 
         self.config = config
         self.tokenizer = tokenizer
         self.decoding = decoding
         self.description = description
+        # One line the user should read once (the LSP shows it as a warning, the CLI on stderr): serving
+        # another model than the settings named, say (models/default_choice.py).
+        self.notice = notice
         self.fim = detect_fim_tokens(tokenizer)
         self.repo_format = detect_repo_format(tokenizer)
         self._recent: deque[ServiceRecord] = deque(maxlen=self.RECENT)
@@ -141,10 +145,13 @@ class CompletionService:
             raise UserError("invalid configuration: " + "; ".join(errs))
         if config.backend is not None:
             return RemoteCompletionService.load(config, progress)
+        from dspark_lsp.models.default_choice import choose_pair
         from dspark_lsp.models.loader import load_causal_lm, release_load_temporaries
-        from dspark_lsp.models.registry import pair_for
 
-        pair = pair_for(config.model, config.draft_model)
+        choice = choose_pair(config.model, config.draft_model, config.cache_dir)
+        pair = choice.pair
+        if choice.note:
+            log.info("%s", choice.note)  # shown to the user once by the caller (LSP: a warning; CLI: stderr)
         if progress:
             progress(f"loading target {pair.target}", 0.0)
         target, tokenizer = load_causal_lm(
@@ -156,7 +163,8 @@ class CompletionService:
             # Calibration (in LocalDecoder) times the target's forwards: seconds, more on a loaded machine;
             # "ready" before it left the status bar at 100% for half a minute.
             progress("measuring this machine's forward costs", 0.9)
-        service = cls(config, tokenizer, LocalDecoder(config, target, tokenizer, draft), description=desc)
+        service = cls(config, tokenizer, LocalDecoder(config, target, tokenizer, draft), description=desc,
+                      notice=choice.note)
         if progress:
             progress("ready", 1.0)
         return service

@@ -17,6 +17,7 @@ from dspark_lsp.lsp.loader import DISABLED, LOADING, READY, ModelManager
 class FakeChannel:
     def __init__(self) -> None:
         self.sent: list[dict[str, Any]] = []
+        self.shown: list[tuple[str, Any]] = []
 
     def status(self, state: str, message: str = "", **figures: Any) -> None:
         # Channel.status drops None figures; so does this.
@@ -26,7 +27,7 @@ class FakeChannel:
         return None  # a client without work-done progress: dspark/status alone must carry it
 
     def show_message(self, message: str, kind: Any) -> None:
-        pass
+        self.shown.append((message, kind))
 
 
 class Config:
@@ -43,15 +44,34 @@ class Service:
 
 
 class Backend:
-    def __init__(self, steps: list[tuple[str, float | None]], gate: threading.Event | None = None) -> None:
-        self.steps, self.gate = steps, gate
+    def __init__(self, steps: list[tuple[str, float | None]], gate: threading.Event | None = None,
+                 notice: str | None = None) -> None:
+        self.steps, self.gate, self.notice = steps, gate, notice
 
     def load(self, config: Any, progress: Any) -> Service:
         for i, (message, fraction) in enumerate(self.steps):
             progress(message, fraction)
             if i == 0 and self.gate is not None:
                 self.gate.wait(10)
-        return Service()
+        service = Service()
+        if self.notice is not None:
+            service.notice = self.notice  # type: ignore[attr-defined]
+        return service
+
+
+def test_a_services_notice_is_shown_once_as_a_warning() -> None:
+    from lsprotocol import types
+
+    channel = FakeChannel()
+    with ThreadPoolExecutor(1) as ex:
+        mm = ModelManager(Backend([("ready", 1.0)], notice="serving the 0.5B meanwhile"), ex, channel)  # type: ignore[arg-type]
+        mm.apply(Config(), enable=True)
+    assert channel.shown == [("DSpark: serving the 0.5B meanwhile", types.MessageType.Warning)]
+    assert mm.state == READY
+    quiet = FakeChannel()
+    with ThreadPoolExecutor(1) as ex:
+        ModelManager(Backend([("ready", 1.0)]), ex, quiet).apply(Config(), enable=True)  # type: ignore[arg-type]
+    assert quiet.shown == []
 
 
 def test_load_steps_reach_dspark_status_as_progress() -> None:

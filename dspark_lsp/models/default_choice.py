@@ -1,0 +1,46 @@
+"""Which pair to load for the ``model`` setting, given what is prepared in the cache.
+
+The default target changed from the 0.5B to the 1.5B (issue 32; docs/MODELS.md). A user who upgrades
+has the 0.5B prepared and not the 1.5B; failing every completion with "not prepared" until they run a
+1.1 GB download would be a surprise. So only for the name ``default`` (an explicit model name is taken
+as asked): when the default target is not prepared but the previous default is, that one serves, and
+the caller says once, with the command that switches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from dspark_lsp.models import cache
+from dspark_lsp.models.registry import DEFAULT_TARGET, QWEN_05B, PairSpec, get_model_spec, pair_for
+
+# The default target before issue 32, and the pair that serves it with its own draft.
+PREVIOUS_DEFAULT = QWEN_05B.name
+
+
+@dataclass(frozen=True)
+class PairChoice:
+    """The pair to load, and a one-line note when it is not the one the settings named (else None)."""
+
+    pair: PairSpec
+    note: str | None = None
+
+
+def _prepared(name: str, root: Path) -> bool:
+    return cache.is_ready(cache.model_dir(root, name), name, get_model_spec(name).sha256)
+
+
+def choose_pair(model: str, draft: str | None, cache_dir: str | Path | None = None) -> PairChoice:
+    """``pair_for(model, draft)``, except that ``default`` falls back to the previous default's pair
+    while the default target is not prepared and the previous one is (see the module's docstring)."""
+    asked = pair_for(model, draft)
+    if model != "default" or asked.target != DEFAULT_TARGET:
+        return PairChoice(asked)
+    root = cache.cache_root(cache_dir)
+    if _prepared(DEFAULT_TARGET, root) or not _prepared(PREVIOUS_DEFAULT, root):
+        return PairChoice(asked)  # ready, or nothing to fall back on: the load says what to prepare
+    note = (f"the default model is now {DEFAULT_TARGET} (better completions, docs/MODELS.md) and is not "
+            f"prepared here: {PREVIOUS_DEFAULT} serves meanwhile; run `dspark-lsp models prepare` and restart the "
+            f"server to switch, or set the model to {PREVIOUS_DEFAULT} to keep it")
+    return PairChoice(pair_for(PREVIOUS_DEFAULT, draft), note)
