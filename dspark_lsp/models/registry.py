@@ -89,8 +89,8 @@ KNOWN_MODELS: dict[str, GGUFModelSpec] = {spec.name: spec for spec in (QWEN_05B,
 
 # The default target, chosen by issue 32's rule: the better completions among the targets whose typing
 # follow-ups stay at p50 <= 250 ms on a 2-core CPU. The 1.5B passes more HumanEval holes (0.887 single
-# line against 0.760 on 764 holes) and more of the held-out repository lines; its follow-ups on a 2-core Zen 4
-# measured 173-221 ms mid-file, 331-409 ms at a file's end, 248 ms over both (a narrow call: docs/MODELS.md).
+# line against 0.747 on 764 holes) and more of the held-out repository lines; its follow-ups on a 2-core Zen 4
+# measured 190 ms mid-file, 345 ms at a file's end, 245 ms over both (a narrow call: docs/MODELS.md).
 DEFAULT_TARGET = QWEN_15B.name
 
 # The 0.5B's draft: our feature-conditioned draft (shipped in dspark_lsp/drafts/), behind n-gram lookup.
