@@ -25,6 +25,10 @@ ProgressFn = Callable[[str, "float | None"], None]
 class ServiceLike(Protocol):
     """The subset of `dspark_lsp.service.CompletionService` the server calls."""
 
+    # One line to show the user once the load is done (serving another model than the settings named,
+    # models/default_choice.py), or None.
+    notice: str | None
+
     def complete(
         self,
         req: CompletionRequest,

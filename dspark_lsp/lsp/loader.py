@@ -151,9 +151,8 @@ class ModelManager:
         if token:
             self._channel.progress_end(token, f"ready in {elapsed:.1f} s")
         self._set_state(READY, f"models ready in {elapsed:.1f} s")
-        notice = getattr(service, "notice", None)  # CompletionService's note on what it serves, if any
-        if notice:
-            self._channel.show_message(f"DSpark: {notice}", types.MessageType.Warning)
+        if service.notice:
+            self._channel.show_message(f"DSpark: {service.notice}", types.MessageType.Warning)
 
     def _fail(self, generation: int, message: str, token: str | None) -> None:
         if token:

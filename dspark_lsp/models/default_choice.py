@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dspark_lsp.models import cache
+from dspark_lsp.models.prepare import is_prepared
 from dspark_lsp.models.registry import DEFAULT_TARGET, QWEN_05B, PairSpec, get_model_spec, pair_for
 
 # The default target before issue 32, and the pair that serves it with its own draft.
@@ -27,10 +28,6 @@ class PairChoice:
     note: str | None = None
 
 
-def _prepared(name: str, root: Path) -> bool:
-    return cache.is_ready(cache.model_dir(root, name), name, get_model_spec(name).sha256)
-
-
 def choose_pair(model: str, draft: str | None, cache_dir: str | Path | None = None) -> PairChoice:
     """``pair_for(model, draft)``, except that ``default`` falls back to the previous default's pair
     while the default target is not prepared and the previous one is (see the module's docstring)."""
@@ -38,7 +35,9 @@ def choose_pair(model: str, draft: str | None, cache_dir: str | Path | None = No
     if model != "default" or asked.target != DEFAULT_TARGET:
         return PairChoice(asked)
     root = cache.cache_root(cache_dir)
-    if _prepared(DEFAULT_TARGET, root) or not _prepared(PREVIOUS_DEFAULT, root):
+    # Ready to load is enough (a kept GGUF is not required: without one the fp32 copy runs).
+    ready = [is_prepared(get_model_spec(name), root, keep_gguf=False) for name in (DEFAULT_TARGET, PREVIOUS_DEFAULT)]
+    if ready[0] or not ready[1]:
         return PairChoice(asked)  # ready, or nothing to fall back on: the load says what to prepare
     note = (f"the default model is now {DEFAULT_TARGET} (better completions, docs/MODELS.md) and is not "
             f"prepared here: {PREVIOUS_DEFAULT} serves meanwhile; run `dspark-lsp models prepare` and restart the "

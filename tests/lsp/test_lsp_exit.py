@@ -56,6 +56,8 @@ SERVER_SCRIPT = textwrap.dedent(
 
 
     class BusyService:
+        notice = None
+
         def complete(self, req: Any, cancel: Any = None, on_text: Any = None) -> Result:
             a = torch.randn(384, 384)
             MARKER.write_text("in torch")

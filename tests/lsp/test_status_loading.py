@@ -36,6 +36,8 @@ class Config:
 
 
 class Service:
+    notice: str | None = None
+
     def update_config(self, config: Any) -> None:
         pass
 
@@ -54,8 +56,7 @@ class Backend:
             if i == 0 and self.gate is not None:
                 self.gate.wait(10)
         service = Service()
-        if self.notice is not None:
-            service.notice = self.notice  # type: ignore[attr-defined]
+        service.notice = self.notice
         return service
 
 

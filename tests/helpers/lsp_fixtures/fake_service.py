@@ -76,6 +76,8 @@ class FakeConfig:
 
 
 class FakeService:
+    notice: str | None = None
+
     def __init__(self, config: FakeConfig, load_index: int) -> None:
         self.config = config
         self.load_index = load_index
