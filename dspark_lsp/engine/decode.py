@@ -28,10 +28,12 @@ from dspark_lsp.engine.config import DecodeConfig, SchedulerConfig
 from dspark_lsp.engine.draft import NO_SLOT, DraftSource, Proposal
 from dspark_lsp.engine.drafting import DraftMeter, DraftRound, KeyFn
 from dspark_lsp.engine.healing import Heal
+from dspark_lsp.engine.interrupt import ForwardInterrupted, interruptible
 from dspark_lsp.engine.kv import (
     TreeRows,
     cache_len,
     crop,
+    crop_layers,
     forward,
     forward_hidden,
     model_dtype,
@@ -290,10 +292,15 @@ class SpeculativeDecoder:
             # prefilled in full even when cancelled before it started (seconds of a busy worker).
             if call.cancelled():
                 break
-            chunk_logits, h = self._forward(
-                prompt[start : start + step], state.cache, call.config.pad_to, call.want_feats,
-                last_only=True,
-            )
+            try:
+                with interruptible(call.cancel):  # a slice stops between layers once cancelled (interrupt.py)
+                    chunk_logits, h = self._forward(
+                        prompt[start : start + step], state.cache, call.config.pad_to, call.want_feats,
+                        last_only=True,
+                    )
+            except ForwardInterrupted:
+                crop_layers(state.cache, start)  # keep what the earlier slices prefilled
+                break
             last_logits = chunk_logits[-1]
             if h is not None:
                 state.feats.add(h)

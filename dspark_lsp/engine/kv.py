@@ -131,6 +131,20 @@ def crop(cache: DynamicCache, new_len: int) -> None:
         cache.crop(new_len)  # older API: absolute length
 
 
+def crop_layers(cache: DynamicCache, new_len: int) -> None:
+    """Shrink every layer of ``cache`` to at most ``new_len`` positions, each by its own length: after a
+    forward stopped between layers (engine/interrupt.py) the first layers hold more than the rest, and
+    :func:`crop`, which reads the length off the first layer, would cut the others short."""
+    layers = getattr(cache, "layers", None)
+    if layers is None:  # releases before the per-layer cache objects: the lean forward is not used there
+        crop(cache, new_len)
+        return
+    for layer in layers:
+        n = int(layer.get_seq_length())
+        if n > new_len:
+            layer.crop(new_len - n)  # a negative count: tokens to remove from this layer
+
+
 _KWARG: dict[type, str] = {}
 _KEEPS: dict[type, bool] = {}
 

@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dspark_lsp.engine.interrupt import check_interrupt
 from dspark_lsp.models.rowwise_attention import ROWWISE_MAX, allowed_keys, rowwise_attention_forward
 from dspark_lsp.quant.linear import FusedProjections, ProjectionPart, QuantLinear
 
@@ -308,6 +309,7 @@ class LeanQwen2:
                        mask: torch.Tensor | None, hidden: list[torch.Tensor] | None) -> torch.Tensor:
         hd = self.head_dim
         for i, (layer, qkv, o_proj, gate_up, down_proj) in enumerate(self.layers):
+            check_interrupt()  # a prompt's slice no longer wanted stops here (engine/interrupt.py)
             attn = layer.self_attn
             q, k, v = qkv(_rms(h, layer.input_layernorm))
             q = q.view(1, t, -1, hd).transpose(1, 2)

@@ -1,0 +1,111 @@
+"""A prefill slice stops between layers once its cancel flag is set (engine/interrupt.py): the layers after
+the flag never run, every layer's cache goes back to where the slice began, what earlier slices prefilled
+is kept for reuse, and the next request's output is what a fresh decoder gives."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+import torch
+
+from dspark_lsp.engine.config import DecodeConfig
+from dspark_lsp.engine.decode import SpeculativeDecoder
+from dspark_lsp.engine.interrupt import ForwardInterrupted, check_interrupt, interruptible
+from dspark_lsp.engine.kv import crop_layers, forward, new_cache
+from dspark_lsp.engine.prefix_cache import PrefixCache
+from dspark_lsp.models.lean_forward import use_lean_forward
+
+V = 64
+LAYERS = 4
+
+
+@pytest.fixture(scope="module")
+def target(random_lm: Any) -> Any:
+    model = random_lm(31, vocab_size=V, hidden=32, layers=LAYERS, head_scale=16.0)
+    assert use_lean_forward(model)  # the forward that checks between layers
+    return model
+
+
+def _count_layers(model: Any) -> tuple[list[int], list[Any]]:
+    """Which layers ran (their MLP's down projection was called), in order."""
+    ran: list[int] = []
+    handles = [layer.mlp.down_proj.register_forward_pre_hook(lambda _m, _a, i=i: ran.append(i))
+               for i, layer in enumerate(model.model.layers)]
+    return ran, handles
+
+
+def test_check_interrupt_only_inside_the_block_and_only_once_set() -> None:
+    event = threading.Event()
+    check_interrupt()  # no flag: nothing happens
+    with interruptible(event):
+        check_interrupt()
+        event.set()
+        with pytest.raises(ForwardInterrupted):
+            check_interrupt()
+        with interruptible(None):  # a nested block without a flag (a decode step) runs on
+            check_interrupt()
+    check_interrupt()  # the flag is this block's only
+
+
+def test_a_cancelled_slice_stops_between_layers_and_keeps_the_earlier_slices(target: Any) -> None:
+    prompt = [(5 * i + 2) % V for i in range(48)]
+    pc = PrefixCache(max_entries=4, max_tokens=4096, min_reuse=4)
+    engine = SpeculativeDecoder(target, prefix_cache=pc)
+    cancel = threading.Event()
+    ran, handles = _count_layers(target)
+    # The flag goes up while layer 1 of the second 16-token slice runs (as a request arriving would set it).
+    calls = {"n": 0}
+
+    def raise_flag(_m: Any, _a: Any) -> None:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            cancel.set()
+
+    handles.append(target.model.layers[1].mlp.down_proj.register_forward_pre_hook(raise_flag))
+    try:
+        res = engine.generate(prompt, config=DecodeConfig(max_new_tokens=0, prefill_chunk=16), cancel=cancel)
+    finally:
+        for h in handles:
+            h.remove()
+    assert res.stats.stop_reason == "cancelled"
+    # slice 1: every layer; slice 2: layers 0 and 1, then the check before layer 2 stopped it
+    assert ran == [*range(LAYERS), 0, 1]
+    # the cache kept covers exactly the first slice, in every layer
+    cache, reused = pc.take(prompt)
+    assert reused == 16 and cache is not None
+    assert {int(layer.get_seq_length()) for layer in cache.layers} == {16}
+    pc.put(prompt[:16], cache)
+
+    # the next request reuses it and decodes what a decoder that never saw the interruption decodes
+    config = DecodeConfig(max_new_tokens=8)
+    again = engine.generate(prompt, config=config)
+    assert again.stats.reused_tokens == 16
+    assert again.tokens == SpeculativeDecoder(target).generate(prompt, config=config).tokens
+
+
+def test_only_forwards_inside_the_block_check_the_flag(target: Any) -> None:
+    """The engine wraps only the prefill's slices: its decode and verify forwards run outside a block."""
+    cache = new_cache(target)
+    event = threading.Event()
+    event.set()
+    with torch.no_grad():
+        logits = forward(target, [1, 2, 3], cache)  # no interruptible block around it: runs to the end
+    assert logits.shape == (3, V)
+    with torch.no_grad(), interruptible(event), pytest.raises(ForwardInterrupted):
+        forward(target, [4], cache)
+
+
+def test_crop_layers_shortens_each_layer_by_its_own_length(target: Any) -> None:
+    cache = new_cache(target)
+    with torch.inference_mode():  # as the engine runs (its cache tensors are inference tensors)
+        forward(target, list(range(10)), cache)
+        # a forward stopped after layer 0: layer 0 holds 6 more positions than the others
+        k = cache.layers[0].keys
+        cache.layers[0].update(torch.zeros_like(k[:, :, :6]), torch.zeros_like(k[:, :, :6]))
+    assert [int(layer.get_seq_length()) for layer in cache.layers] == [16] + [10] * (LAYERS - 1)
+    crop_layers(cache, 10)
+    assert [int(layer.get_seq_length()) for layer in cache.layers] == [10] * LAYERS
+    crop_layers(cache, 4)
+    assert [int(layer.get_seq_length()) for layer in cache.layers] == [4] * LAYERS
