@@ -778,6 +778,16 @@ inline __m256i bcast_quad(const int8_t* xp) {
   return _mm256_set1_epi32(v);
 }
 
+// 6-bit panels: the 16 high-plane bytes of quads q and q + 1 (q even) placed so that one and with 0x30
+// gives each low-nibble byte its code's bits 4-5, and a 16-bit shift right by 2 then the same and gives
+// each high-nibble byte its own: bytes 0-15 (quad q) hold the plane as stored (its bits 4-5 and 6-7 are
+// quad q's), bytes 16-31 (quad q + 1) the plane shifted up by 4 (its bits 0-1 and 2-3 moved there). The
+// shifts move bits across a 16-bit lane's bytes only into bits the and clears.
+inline __m256i high_plane(const char* hp) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(hp));
+  return _mm256_inserti128_si256(_mm256_castsi128_si256(h), _mm_slli_epi16(h, 4), 1);
+}
+
 #ifdef DSPARK_ACT8_VNNI
 // Byte permutes that put row i's four inputs in lane i (see above).
 //   kind 18: bytes 0-15 hold pair 2j (row i at 2i, 2i + 1), bytes 16-31 pair 2j + 1.
@@ -803,16 +813,6 @@ inline __m256i perm_nibbles(int first) {
     idx[4 * i + 3] = static_cast<int8_t>(32 + first + 2 * i + 1);
   }
   return _mm256_load_si256(reinterpret_cast<const __m256i*>(idx));
-}
-
-// 6-bit panels: the 16 high-plane bytes of quads q and q + 1 (q even) placed so that one and with 0x30
-// gives each low-nibble byte its code's bits 4-5, and a 16-bit shift right by 2 then the same and gives
-// each high-nibble byte its own: bytes 0-15 (quad q) hold the plane as stored (its bits 4-5 and 6-7 are
-// quad q's), bytes 16-31 (quad q + 1) the plane shifted up by 4 (its bits 0-1 and 2-3 moved there). The
-// shifts move bits across a 16-bit lane's bytes only into bits the and clears.
-inline __m256i high_plane(const char* hp) {
-  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(hp));
-  return _mm256_inserti128_si256(_mm256_castsi128_si256(h), _mm_slli_epi16(h, 4), 1);
 }
 
 // R rows of int8 x against panel P, C integer chains per row. The fp32 part is panel_dots' own: per
@@ -1063,12 +1063,13 @@ inline void panel_dots8_avx2(const Mat& m, int64_t P, const int8_t* xq, const fl
                              const int32_t* corr, int64_t GU, const float* xs1, int64_t G8, float* out, int64_t N) {
   constexpr int U = TWO ? 2 : 1;
   constexpr int QU = 8 / U;  // quads of inputs per unit
-  constexpr int64_t GC = L == 8 ? 256 : 128;
+  constexpr int64_t GC = L == 8 ? 256 : L == 6 ? 192 : 128;
   constexpr int64_t GB = GC + (CS ? 16 : 0);
+  constexpr bool WIDE = L != 4;  // codes past 15: int16 sums widened after each pair of quads
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   const char* base = L == 8 ? reinterpret_cast<const char*>(m.q8) : reinterpret_cast<const char*>(m.nib);
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i low4 = _mm256_set1_epi8(0x0F), two_bits = _mm256_set1_epi8(0x30);
   const __m256i bias8 = _mm256_set1_epi8(static_cast<char>(byte_bias(TWO)));
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t g = 0; g < m.G; ++g) {
@@ -1093,7 +1094,12 @@ inline void panel_dots8_avx2(const Mat& m, int64_t P, const int8_t* xq, const fl
           hi = _mm256_unpackhi_epi16(a, c);
         } else {
           const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cp + 16 * q));
-          const __m256i n0 = _mm256_and_si256(b, low4), n1 = _mm256_and_si256(_mm256_srli_epi16(b, 4), low4);
+          __m256i n0 = _mm256_and_si256(b, low4), n1 = _mm256_and_si256(_mm256_srli_epi16(b, 4), low4);
+          if (L == 6) {  // the 2-bit plane sits on the same bytes as in panel_dots8 (same regrouping after)
+            const __m256i hp = high_plane(cp + 128 + 8 * q);
+            n0 = _mm256_or_si256(n0, _mm256_and_si256(hp, two_bits));
+            n1 = _mm256_or_si256(n1, _mm256_and_si256(_mm256_srli_epi16(hp, 2), two_bits));
+          }
           lo = _mm256_unpacklo_epi16(n0, n1);
           hi = _mm256_unpackhi_epi16(n0, n1);
         }
@@ -1102,12 +1108,12 @@ inline void panel_dots8_avx2(const Mat& m, int64_t P, const int8_t* xq, const fl
         for (int r = 0; r < R; ++r) {
           const int8_t* xp = xq + r * K + g * 32 + 4 * q;
           const __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(w0, bcast_quad(xp)), _mm256_maddubs_epi16(w1, bcast_quad(xp + 4)));
-          h[r] = L == 8 ? _mm256_add_epi32(h[r], _mm256_madd_epi16(t, ones)) : _mm256_add_epi16(h[r], t);
+          h[r] = WIDE ? _mm256_add_epi32(h[r], _mm256_madd_epi16(t, ones)) : _mm256_add_epi16(h[r], t);
         }
       }
       __m256i s[R][1];
       for (int r = 0; r < R; ++r) {
-        const __m256i d = L == 8 ? h[r] : _mm256_madd_epi16(h[r], ones);
+        const __m256i d = WIDE ? h[r] : _mm256_madd_epi16(h[r], ones);
         s[r][0] = _mm256_add_epi32(_mm256_set1_epi32(corr[r * GU + g * U + u]), d);
       }
       const __m256 ws = CS ? compact_scales(m.scale + sb, ax + 8 * u) : panel_scales(m, (pg * U + u) * 8);
@@ -1180,9 +1186,7 @@ void panel_product8_t(const Mat& m, const int8_t* xq, const float* xsu, int64_t 
 void panel_product8(const Mat& m, const int8_t* xq, const float* xsu, int64_t GU8, int64_t M, int64_t K,
                     const int32_t* corr, int64_t GU, int64_t p0, int64_t p1, int64_t N, float* op,
                     const float* xs1, int64_t G8) {
-#ifdef DSPARK_ACT8_VNNI
   if (m.layout == 6) return panel_product8_t<6, false, true, true>(m, xq, xsu, GU8, M, K, corr, GU, p0, p1, N, op, xs1, G8);
-#endif
   if (m.layout == 4) DSPARK_DISPATCH_PANEL_L(panel_product8_t, 4, m, m, xq, xsu, GU8, M, K, corr, GU, p0, p1, N, op, xs1, G8);
   else DSPARK_DISPATCH_PANEL_L(panel_product8_t, 8, m, m, xq, xsu, GU8, M, K, corr, GU, p0, p1, N, op, xs1, G8);
 }
@@ -1810,7 +1814,7 @@ at::Tensor qmm(const at::Tensor& x_in, int64_t kind, const at::Tensor& codes, co
   const float* xp = x.data_ptr<float>();
   float* op = out.data_ptr<float>();
 #ifdef DSPARK_ACT8
-  const bool act8_rows = m.panel && (m.layout != 6 || kAct8Vnni) && g_act8.load(std::memory_order_relaxed);
+  const bool act8_rows = m.panel && g_act8.load(std::memory_order_relaxed);
   const int64_t block = g_prefill_int8.load(std::memory_order_relaxed);
   if (M > small_m && act8_rows && block > 0) {
     // Prefill through the int8 row products, a block of rows at a time: on CPUs without AMX they beat
