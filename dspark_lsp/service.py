@@ -145,7 +145,7 @@ class CompletionService:
             raise UserError("invalid configuration: " + "; ".join(errs))
         if config.backend is not None:
             return RemoteCompletionService.load(config, progress)
-        from dspark_lsp.models.default_choice import choose_pair
+        from dspark_lsp.models.default_choice import choose_pair, speed_note
         from dspark_lsp.models.loader import load_causal_lm, release_load_temporaries
 
         choice = choose_pair(config.model, config.draft_model, config.cache_dir)
@@ -163,8 +163,13 @@ class CompletionService:
             # Calibration (in LocalDecoder) times the target's forwards: seconds, more on a loaded machine;
             # "ready" before it left the status bar at 100% for half a minute.
             progress("measuring this machine's forward costs", 0.9)
-        service = cls(config, tokenizer, LocalDecoder(config, target, tokenizer, draft), description=desc,
-                      notice=choice.note)
+        decoder = LocalDecoder(config, target, tokenizer, draft)
+        slow = speed_note(config.model, pair.target, decoder.verify_cost_ms.get(1) if config.calibrate else None,
+                          config.cache_dir)
+        if slow:
+            log.info("%s", slow)
+        # Never both: the upgrade fallback serves the 0.5B, which the speed note does not concern.
+        service = cls(config, tokenizer, decoder, description=desc, notice=choice.note or slow)
         if progress:
             progress("ready", 1.0)
         return service
