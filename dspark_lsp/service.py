@@ -36,6 +36,7 @@ from dspark_lsp.engine.decode import SpeculativeDecoder
 from dspark_lsp.engine.draft import DraftSource
 from dspark_lsp.engine.prefix_cache import PrefixCache
 from dspark_lsp.errors import UserError
+from dspark_lsp.latency_note import SlowAnswers
 from dspark_lsp.local_decoder import LocalDecoder, set_lookup_corpus
 from dspark_lsp.prompt import (
     FimPrompt,
@@ -86,6 +87,8 @@ class CompletionService:
         # One line the user should read once (the LSP shows it as a warning, the CLI on stderr): serving
         # another model than the settings named, say (models/default_choice.py).
         self.notice = notice
+        # Watches the default model's answers for a machine too slow for it (set by load; latency_note.py).
+        self.slow_answers: SlowAnswers | None = None
         self.fim = detect_fim_tokens(tokenizer)
         self.repo_format = detect_repo_format(tokenizer)
         self._recent: deque[ServiceRecord] = deque(maxlen=self.RECENT)
@@ -145,7 +148,7 @@ class CompletionService:
             raise UserError("invalid configuration: " + "; ".join(errs))
         if config.backend is not None:
             return RemoteCompletionService.load(config, progress)
-        from dspark_lsp.models.default_choice import choose_pair, speed_note
+        from dspark_lsp.models.default_choice import choose_pair, slow_default_note
         from dspark_lsp.models.loader import load_causal_lm, release_load_temporaries
 
         choice = choose_pair(config.model, config.draft_model, config.cache_dir)
@@ -163,13 +166,10 @@ class CompletionService:
             # Calibration (in LocalDecoder) times the target's forwards: seconds, more on a loaded machine;
             # "ready" before it left the status bar at 100% for half a minute.
             progress("measuring this machine's forward costs", 0.9)
-        decoder = LocalDecoder(config, target, tokenizer, draft)
-        slow = speed_note(config.model, pair.target, decoder.verify_cost_ms.get(1) if config.calibrate else None,
-                          config.cache_dir)
-        if slow:
-            log.info("%s", slow)
-        # Never both: the upgrade fallback serves the 0.5B, which the speed note does not concern.
-        service = cls(config, tokenizer, decoder, description=desc, notice=choice.note or slow)
+        service = cls(config, tokenizer, LocalDecoder(config, target, tokenizer, draft), description=desc,
+                      notice=choice.note)
+        note = slow_default_note(config.model, pair.target, config.cache_dir)
+        service.slow_answers = SlowAnswers(note) if note is not None else None
         if progress:
             progress("ready", 1.0)
         return service
@@ -429,6 +429,15 @@ class CompletionService:
 
     def _record(self, req: CompletionRequest, result: CompletionResult) -> None:
         self._recent.append(result.record(req.doc_key))
+        if self.slow_answers is not None and not result.cancelled and result.stop_reason != "scope_none":
+            self.slow_answers.observe(result.stats.latency_ms or 0.0)
+
+    def take_notice(self) -> str | None:
+        """A note that came due while serving (latency_note.py), once; else None."""
+        note = self.slow_answers.take() if self.slow_answers is not None else None
+        if note:
+            log.info("%s", note)
+        return note
 
 
 class RemoteCompletionService(CompletionService):

@@ -38,6 +38,11 @@ class ServiceLike(Protocol):
 
     def update_config(self, config: ServiceConfig) -> None: ...
 
+    def take_notice(self) -> str | None:
+        """A one-line note that came due while serving (the default model answering slowly on this machine,
+        latency_note.py), given once; else None."""
+        ...
+
     def recent_stats(self) -> list[ServiceRecordWire]:
         """The last requests' records, each `contract.ServiceRecord.to_json()` (dspark/stats sends them)."""
         ...

@@ -6,15 +6,14 @@ has the 0.5B prepared and not the 1.5B; failing every completion with "not prepa
 as asked): when the default target is not prepared but the previous default is, that one serves, and
 the caller says once, with the command that switches.
 
-The 1.5B was chosen on a CPU where its one-token forward takes ~35-40 ms (docs/MODELS.md); where it takes
-much longer (a 2-core AVX2 CPU without AVX-512: ~57 ms, and follow-ups while typing of ~250 ms mid-file and
-~560 ms at a file's end against the 0.5B's ~170 / ~260) the 0.5B is the better trade for many users. The
-load measures that forward anyway (engine/costs.py); ``speed_note`` turns a slow figure into a note naming
-the faster pair. Only for ``default``: naming the 1.5B is the way to keep it without the note.
+Where the 1.5B answers slowly (a 2-core AVX2 CPU: ~560-600 ms at a file's end against the 0.5B's ~260),
+``slow_default_note`` is the note the server shows once it has seen it (latency_note.py): the faster pair and
+how to get it. Only for ``default``: naming the 1.5B is the way to keep it without the note.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,20 +50,19 @@ def choose_pair(model: str, draft: str | None, cache_dir: str | Path | None = No
     return PairChoice(pair_for(PREVIOUS_DEFAULT, draft), note)
 
 
-# A one-token forward of the default target slower than this (the load's calibration: fastest of two, on a
-# 128-token cache) gets the note: ~35-40 ms on the 2-core Zen 4 the default was chosen on, 57 on a 2-core
-# Zen 3 (AVX2 only) and 51 on a 2-core AMX Xeon, where the 1.5B's follow-ups missed 400 ms at a file's end.
-SLOW_ONE_TOKEN_MS = 48.0
 
-
-def speed_note(model: str, target: str, one_token_ms: float | None, cache_dir: str | Path | None = None) -> str | None:
-    """A one-line note when ``default`` serves the default target on a CPU where its measured one-token
-    forward (``one_token_ms``; None: not measured) is slow, naming the faster pair and how to get it."""
-    if model != "default" or target != DEFAULT_TARGET or one_token_ms is None or one_token_ms <= SLOW_ONE_TOKEN_MS:
+def slow_default_note(model: str, target: str, cache_dir: str | Path | None = None) -> Callable[[float, int], str] | None:
+    """For ``default`` serving the default target: the note to show when its answers come slowly on this
+    machine (latency_note.py), given their median and count; else None (an explicit name is a choice)."""
+    if model != "default" or target != DEFAULT_TARGET:
         return None
-    ready = is_prepared(get_model_spec(PREVIOUS_DEFAULT), cache.cache_root(cache_dir), keep_gguf=False)
-    get = "" if ready else f"run `dspark-lsp models prepare {PREVIOUS_DEFAULT}` and "
-    return (f"{DEFAULT_TARGET} is slow on this CPU ({one_token_ms:.0f} ms a token; the default was chosen where it "
-            f"takes about 40), so completions while typing may take half a second or more. {PREVIOUS_DEFAULT} "
-            f"answers in about half the time, with less accurate completions: {get}set the model to "
-            f"{PREVIOUS_DEFAULT}. Set it to {DEFAULT_TARGET} to keep this one without this note (docs/MODELS.md)")
+
+    def note(median_ms: float, count: int) -> str:
+        ready = is_prepared(get_model_spec(PREVIOUS_DEFAULT), cache.cache_root(cache_dir), keep_gguf=False)
+        get = "" if ready else f"run `dspark-lsp models prepare {PREVIOUS_DEFAULT}` and "
+        return (f"completions took {median_ms:.0f} ms (median of the last {count}) with {DEFAULT_TARGET} on this "
+                f"CPU. {PREVIOUS_DEFAULT} answers in about half the time, with less accurate completions: {get}set "
+                f"the model to {PREVIOUS_DEFAULT}. Set it to {DEFAULT_TARGET} to keep this one without this note "
+                f"(docs/MODELS.md)")
+
+    return note

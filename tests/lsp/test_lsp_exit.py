@@ -72,6 +72,9 @@ SERVER_SCRIPT = textwrap.dedent(
         def recent_stats(self) -> list:
             return []
 
+        def take_notice(self) -> None:
+            return None
+
         def close(self) -> None:
             pass
 

@@ -41,6 +41,9 @@ class Service:
     def update_config(self, config: Any) -> None:
         pass
 
+    def take_notice(self) -> str | None:
+        return None
+
     def close(self) -> None:
         pass
 

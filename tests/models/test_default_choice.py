@@ -1,7 +1,7 @@
 """The name `default` falls back to the previous default (the 0.5B) while the new default target (the
 1.5B) is not prepared and the 0.5B is, with a note naming the command that switches; any explicit name
-is taken as asked (models/default_choice.py). And where the default target's measured one-token forward is
-slow, a note names the faster pair (speed_note)."""
+is taken as asked (models/default_choice.py). And where the default model's answers come slowly, a note names
+the faster pair (slow_default_note, latency_note.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from dspark_lsp.models import cache
-from dspark_lsp.models.default_choice import PREVIOUS_DEFAULT, SLOW_ONE_TOKEN_MS, choose_pair, speed_note
+from dspark_lsp.models.default_choice import PREVIOUS_DEFAULT, choose_pair, slow_default_note
 from dspark_lsp.models.registry import DEFAULT_TARGET, get_model_spec, pair_for
 
 
@@ -56,44 +56,43 @@ def test_with_nothing_prepared_the_default_is_asked_for(tmp_path: Path) -> None:
     assert choice.pair.target == DEFAULT_TARGET and choice.note is None
 
 
-# ---------------------------------------------------------------------------------------------- speed note
-def test_a_slow_cpu_gets_a_note_naming_the_faster_pair_and_how_to_get_it(tmp_path: Path) -> None:
-    note = speed_note("default", DEFAULT_TARGET, 57.0, tmp_path)
-    assert note is not None and "\n" not in note
-    assert "57 ms" in note and PREVIOUS_DEFAULT in note
-    assert f"dspark-lsp models prepare {PREVIOUS_DEFAULT}" in note  # not prepared here: the command too
+
+# ----------------------------------------------------------------------------------- slow answers' note
+def test_the_slow_answers_note_names_the_faster_pair_and_how_to_get_it(tmp_path: Path) -> None:
+    note = slow_default_note("default", DEFAULT_TARGET, tmp_path)
+    assert note is not None
+    text = note(563.4, 20)
+    assert "\n" not in text and "563 ms" in text and "last 20" in text and PREVIOUS_DEFAULT in text
+    assert f"dspark-lsp models prepare {PREVIOUS_DEFAULT}" in text  # not prepared here: the command too
     _prepare_fake(tmp_path, PREVIOUS_DEFAULT)
-    ready = speed_note("default", DEFAULT_TARGET, 57.0, tmp_path)
-    assert ready is not None and "models prepare" not in ready and f"set the model to {PREVIOUS_DEFAULT}" in ready
+    ready = note(563.4, 20)  # checked when the note is due, not at load
+    assert "models prepare" not in ready and f"set the model to {PREVIOUS_DEFAULT}" in ready
 
 
-@pytest.mark.parametrize("ms", [None, 35.0, SLOW_ONE_TOKEN_MS])
-def test_no_note_where_the_default_is_fast_enough_or_not_measured(tmp_path: Path, ms: float | None) -> None:
-    assert speed_note("default", DEFAULT_TARGET, ms, tmp_path) is None
-
-
-def test_no_note_for_an_explicit_name_or_another_target(tmp_path: Path) -> None:
+def test_no_slow_answers_note_for_an_explicit_name_or_another_target(tmp_path: Path) -> None:
     # Naming the 1.5B is how a user keeps it without the note; the 0.5B is the faster pair itself.
-    assert speed_note(DEFAULT_TARGET, DEFAULT_TARGET, 90.0, tmp_path) is None
-    assert speed_note("default", PREVIOUS_DEFAULT, 90.0, tmp_path) is None
+    assert slow_default_note(DEFAULT_TARGET, DEFAULT_TARGET, tmp_path) is None
+    assert slow_default_note("default", PREVIOUS_DEFAULT, tmp_path) is None
 
 
-def test_the_service_passes_its_measured_forward_to_the_note(tiny_models: tuple[Path, Path],
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    """CompletionService.load gives speed_note the load's calibrated one-token cost and shows what it says."""
+def test_the_service_watches_its_answers_only_for_the_default_model(tiny_models: tuple[Path, Path],
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """CompletionService.load arms the watch where slow_default_note gives a note, and its answers feed it."""
+    from dspark_lsp.contract import CompletionRequest
     from dspark_lsp.models import default_choice
     from dspark_lsp.service import CompletionService, ServiceConfig
 
-    seen: list[tuple[str, str, float | None]] = []
-
-    def note(model: str, target: str, one_token_ms: float | None, cache_dir: object = None) -> str:
-        seen.append((model, target, one_token_ms))
-        return "slow here"
-
-    monkeypatch.setattr(default_choice, "speed_note", note)
-    service = CompletionService.load(ServiceConfig(model=str(tiny_models[0]), draft_model="ngram", max_new_tokens=2))
-    assert service.notice == "slow here"
-    assert seen and seen[0][:2] == (str(tiny_models[0]), str(tiny_models[0]))
-    assert seen[0][2] == service.verify_cost_ms[1] and seen[0][2] > 0
-    uncalibrated = CompletionService.load(ServiceConfig(model=str(tiny_models[0]), draft_model="ngram", calibrate=False))
-    assert uncalibrated.notice == "slow here" and seen[-1][2] is None  # a cost profile is not a measurement
+    cfg = ServiceConfig(model=str(tiny_models[0]), draft_model="ngram", max_new_tokens=2, completion_cache=False)
+    assert CompletionService.load(cfg).slow_answers is None  # an explicit model: no watch
+    monkeypatch.setattr(default_choice, "slow_default_note", lambda *a: lambda ms, n: f"slow: {ms:.0f} over {n}")
+    service = CompletionService.load(cfg)
+    assert service.slow_answers is not None
+    service.slow_answers.bound_ms = 0.0  # every answer counts as slow, so the note comes due at the window
+    text = "def f(x):\n    return x\n"
+    for i in range(service.slow_answers.window):
+        assert service.take_notice() is None
+        doc = text + f"y{i} = "
+        service.complete(CompletionRequest(text=doc, offset=len(doc), path="/w/a.py", doc_key="file:///w/a.py"))
+    note = service.take_notice()
+    assert note is not None and note.startswith("slow: ") and note.endswith(f"over {service.slow_answers.window}")
+    assert service.take_notice() is None  # once

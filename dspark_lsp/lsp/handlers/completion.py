@@ -126,7 +126,16 @@ async def complete_at(session: Session, cursor: Cursor, *, explicit: bool) -> Ou
         session.warmer.after_completion(cursor.uri, cursor.doc_text, cursor.doc_offset, force=early)
     if outcome.text:
         outcome.text = _match_line_endings(outcome.text, cursor.eol)
+    _show_notice(session)
     return outcome
+
+
+def _show_notice(session: Session) -> None:
+    """A note the service has come to (latency_note.py: slow answers from the default model), shown once."""
+    service = session.models.service if session.models is not None else None
+    note = service.take_notice() if service is not None else None
+    if note:
+        session.channel.show_message(f"DSpark: {note}", types.MessageType.Warning)
 
 
 def _path_of(uri: str) -> str | None:

@@ -84,6 +84,7 @@ class FakeService:
         self.records: list[ServiceRecord] = []
         self.closed = False
         self.warms: list[str] = []  # "<doc_key>@<offset>" of each warm() call, in order
+        self._noted = False
 
     @classmethod
     def load(
@@ -176,6 +177,13 @@ class FakeService:
 
     def update_config(self, config: FakeConfig) -> None:
         self.config = config
+
+    def take_notice(self) -> str | None:
+        # "slownote": a note comes due with the second answer (as latency_note.SlowAnswers gives one), once.
+        if self.config.model == "slownote" and len(self.records) >= 2 and not self._noted:
+            self._noted = True
+            return "completions took 999 ms (fake)"
+        return None
 
     def recent_stats(self) -> list[dict[str, Any]]:
         return [record.to_json() for record in self.records[-100:]]
