@@ -50,7 +50,6 @@ def choose_pair(model: str, draft: str | None, cache_dir: str | Path | None = No
     return PairChoice(pair_for(PREVIOUS_DEFAULT, draft), note)
 
 
-
 def slow_default_note(model: str, target: str, cache_dir: str | Path | None = None) -> Callable[[float, int], str] | None:
     """For ``default`` serving the default target: the note to show when its answers come slowly on this
     machine (latency_note.py), given their median and count; else None (an explicit name is a choice)."""
