@@ -57,7 +57,8 @@ def compact_enabled() -> bool:
 
 
 # 1: compact Q6_K panels keep 6-bit codes (kind 16, blocks.pack_six) instead of a byte a code; 0: a byte;
-# auto (the default): 6 bits where the int8 products run them (builds with VNNI, int8 activations on).
+# auto (the default): 6 bits on builds with VNNI, int8 activations on (AVX2 builds run them through the
+# int8 products too, but were no faster at the verify's 2-4 tokens on a Zen 3, docs/KERNEL.md).
 # There the 1.5B's forward reads 970 MiB instead of 1,073 and ran 0.89 / 0.94 / 0.94 / 1.02x the byte
 # codes' time at 1 / 2 / 4 / 8 tokens, the 0.5B 0.97-1.00x (docs/KERNEL.md, "6-bit Q6_K codes"); with
 # int16 products the extra instructions made 8-token forwards 1.04-1.06x slower.

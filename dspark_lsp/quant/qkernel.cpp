@@ -695,15 +695,16 @@ void panel_product(const Mat& m, const int16_t* xq, const float* xsu, int64_t GU
 // register (layout unchanged, so one model can run either path): kind 18, two pairs (32 bytes) ->
 // lane i = row i's inputs 4j .. 4j + 3; kind 14, a quad's low and high nibbles (vpermt2b of the two
 // masked copies) -> lane i = row i's inputs 4q .. 4q + 3. Each activation quad is then one broadcast
-// dword. Needs AVX512-VNNI, -VL and -VBMI (Zen 4, Ice Lake and later). Row-major matrices and 6-bit
-// Q6_K panels keep the int16 path.
+// dword. Needs AVX512-VNNI, -VL and -VBMI (Zen 4, Ice Lake and later). Row-major matrices keep the int16
+// path.
 //
 // AVX2 without VNNI (Zen 2 / 3, Intel before Ice Lake: most laptops): the same int8 activations, the same
 // exact integer dots and the same fp32 steps, so the same bits as the VNNI path (tests compare the two
 // builds). There the int16 products cost two vpmaddwd per 32 products and bind a 4-row verify of the
 // 1.5B; vpmaddubsw (u8 x s8, pairs summed into int16) does 32 per instruction. Its int16 sums saturate,
 // so it is used where they provably cannot: 4-bit panels (codes 0..15: a pair is at most 2 * 15 * 127,
-// and the 8 quads of a group sum to at most 30480 in an int16 lane) - see panel_dots8_avx2. Byte panels
+// and the 8 quads of a group sum to at most 30480 in an int16 lane) and 6-bit panels (codes 0..63, widened
+// to int32 after each pair of quads) - see panel_dots8_avx2. Byte panels
 // (codes up to 255 once unsigned) run the int16 products on the int8 activations widened to 16 bits:
 // the same integer sums, at the int16 path's speed.
 #if defined(DSPARK_AVX2)
@@ -782,10 +783,15 @@ inline __m256i bcast_quad(const int8_t* xp) {
 // gives each low-nibble byte its code's bits 4-5, and a 16-bit shift right by 2 then the same and gives
 // each high-nibble byte its own: bytes 0-15 (quad q) hold the plane as stored (its bits 4-5 and 6-7 are
 // quad q's), bytes 16-31 (quad q + 1) the plane shifted up by 4 (its bits 0-1 and 2-3 moved there). The
-// shifts move bits across a 16-bit lane's bytes only into bits the and clears.
-inline __m256i high_plane(const char* hp) {
-  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(hp));
-  return _mm256_inserti128_si256(_mm256_castsi128_si256(h), _mm_slli_epi16(h, 4), 1);
+// shifts move bits across a 16-bit lane's bytes only into bits the and clears. lo / hi: the quads' low and
+// high nibble bytes (the 4-bit plane masked), which get their codes' bits 4-5 here; every path that reads
+// 6-bit panels (panel_dots8, panel_dots8_avx2) builds its codes so.
+inline void add_high_plane(const char* hp, __m256i& lo, __m256i& hi) {
+  const __m128i h128 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(hp));
+  const __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(h128), _mm_slli_epi16(h128, 4), 1);
+  const __m256i two_bits = _mm256_set1_epi8(0x30);
+  lo = _mm256_or_si256(lo, _mm256_and_si256(h, two_bits));
+  hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_srli_epi16(h, 2), two_bits));
 }
 
 #ifdef DSPARK_ACT8_VNNI
@@ -829,7 +835,7 @@ inline void panel_dots8(const Mat& m, int64_t P, const int8_t* xq, const float* 
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   const char* base = L == 8 ? reinterpret_cast<const char*>(m.q8) : reinterpret_cast<const char*>(m.nib);
-  const __m256i low4 = _mm256_set1_epi8(0x0F), two_bits = _mm256_set1_epi8(0x30);
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
   const __m256i pp = perm_pairs(), pn0 = perm_nibbles(0), pn1 = perm_nibbles(16);
   for (int64_t g = 0; g < m.G; ++g) {
@@ -856,11 +862,7 @@ inline void panel_dots8(const Mat& m, int64_t P, const int8_t* xq, const float* 
         } else {
           const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cp + 16 * q));
           __m256i lo = _mm256_and_si256(b, low4), hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), low4);
-          if (L == 6) {
-            const __m256i h = high_plane(cp + 128 + 8 * q);
-            lo = _mm256_or_si256(lo, _mm256_and_si256(h, two_bits));
-            hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_srli_epi16(h, 2), two_bits));
-          }
+          if (L == 6) add_high_plane(cp + 128 + 8 * q, lo, hi);
           w0 = _mm256_permutex2var_epi8(lo, pn0, hi);
           w1 = _mm256_permutex2var_epi8(lo, pn1, hi);
         }
@@ -1057,6 +1059,8 @@ inline void panel_dots8x2(const Mat& m, int64_t P, const int8_t* xq, const float
 //   4j + 6, 4j + 7 in the other, which is why these rows of x are stored with each 8 elements swapped so
 //   (quantize_rows8). Codes up to 63: two products' int16 lanes (|sum| <= 2 * 2 * 63 * 127 = 32004) are
 //   widened after each pair of loads.
+//   kind 16 (6-bit): kind 14's load and regrouping, the 2-bit plane or-ed into the nibble bytes first
+//   (add_high_plane); codes up to 63, so widened as kind 18's.
 // The exact integer dots and the fp32 steps are panel_dots8's, hence its bits.
 template <int L, bool OFF, bool TWO, bool CS, int R>
 inline void panel_dots8_avx2(const Mat& m, int64_t P, const int8_t* xq, const float* xsu, int64_t GU8, int64_t K,
@@ -1069,7 +1073,7 @@ inline void panel_dots8_avx2(const Mat& m, int64_t P, const int8_t* xq, const fl
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   const char* base = L == 8 ? reinterpret_cast<const char*>(m.q8) : reinterpret_cast<const char*>(m.nib);
-  const __m256i low4 = _mm256_set1_epi8(0x0F), two_bits = _mm256_set1_epi8(0x30);
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i bias8 = _mm256_set1_epi8(static_cast<char>(byte_bias(TWO)));
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t g = 0; g < m.G; ++g) {
@@ -1095,11 +1099,7 @@ inline void panel_dots8_avx2(const Mat& m, int64_t P, const int8_t* xq, const fl
         } else {
           const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cp + 16 * q));
           __m256i n0 = _mm256_and_si256(b, low4), n1 = _mm256_and_si256(_mm256_srli_epi16(b, 4), low4);
-          if (L == 6) {  // the 2-bit plane sits on the same bytes as in panel_dots8 (same regrouping after)
-            const __m256i hp = high_plane(cp + 128 + 8 * q);
-            n0 = _mm256_or_si256(n0, _mm256_and_si256(hp, two_bits));
-            n1 = _mm256_or_si256(n1, _mm256_and_si256(_mm256_srli_epi16(hp, 2), two_bits));
-          }
+          if (L == 6) add_high_plane(cp + 128 + 8 * q, n0, n1);  // then the 4-bit panels' regrouping
           lo = _mm256_unpacklo_epi16(n0, n1);
           hi = _mm256_unpackhi_epi16(n0, n1);
         }
