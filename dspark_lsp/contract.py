@@ -81,6 +81,7 @@ class CompletionStats(Mapping[str, Any]):
     prompt_tokens: int | None = None
     prefill_tokens: int | None = None
     reused_tokens: int | None = None  # prompt tokens whose KV came from the prefix cache
+    resumed_tokens: int | None = None  # prefilled tokens finished from a stopped warm-up's layers
     target_forwards: int | None = None
     draft_forwards: int | None = None
     accepted_per_forward: float | None = None  # tokens per target forward
@@ -124,6 +125,7 @@ class CompletionStats(Mapping[str, Any]):
             prompt_tokens=st.prompt_tokens,
             prefill_tokens=st.prefill_tokens,
             reused_tokens=st.reused_tokens,
+            resumed_tokens=st.resumed_tokens,
             target_forwards=st.target_forwards,
             draft_forwards=st.draft_forwards,
             accepted_per_forward=per_forward,

@@ -426,7 +426,7 @@ def _report(label: str, stats: dict[str, Any], typed: int, wall: float) -> Repla
     cancelled = int(counters.get("superseded", 0)) + int(counters.get("cancelled", 0))
     service: dict[str, Any] = {}
     figures = [_figures(r.get("service")) for r in records]
-    for key in ("prefill_tokens", "reused_tokens", "target_forwards", "accepted_per_forward", "latency_ms"):
+    for key in ("prefill_tokens", "reused_tokens", "resumed_tokens", "target_forwards", "accepted_per_forward", "latency_ms"):
         values = [float(v) for st, _ in figures if (v := getattr(st, key)) is not None]
         if values:
             service[key] = round(statistics.fmean(values), 2)
@@ -457,7 +457,7 @@ def _report(label: str, stats: dict[str, Any], typed: int, wall: float) -> Repla
     )
 
 
-_ROW_FIELDS = ("prompt_tokens", "prefill_tokens", "reused_tokens", "tokens", "target_forwards",
+_ROW_FIELDS = ("prompt_tokens", "prefill_tokens", "reused_tokens", "resumed_tokens", "tokens", "target_forwards",
                "t_prefill_ms", "t_draft_ms", "t_verify_ms", "t_other_ms")
 
 

@@ -41,6 +41,7 @@ from dspark_lsp.engine.kv import (
     new_cache,
 )
 from dspark_lsp.engine.prefix_cache import Features, PrefixCache
+from dspark_lsp.engine.resume import PartialSlice, capture
 from dspark_lsp.engine.scheduler import ConfidenceScheduler
 from dspark_lsp.engine.stats import DecodeStats
 
@@ -138,6 +139,8 @@ class SpeculativeDecoder:
         # What drafting costs, per draft source name (ms per forward, forwards per round and per token;
         # smoothed, kept across calls): the cost-aware k and stop rule weigh it against the verify cost.
         self._draft_meter = DraftMeter()
+        # The last prefill slice a request stopped half-way, kept for a prompt that starts the same way.
+        self._partial: PartialSlice | None = None
 
     # -------------------------------------------------------------------- target forwards, verify layout
     def _forward(
@@ -287,20 +290,28 @@ class SpeculativeDecoder:
         prompt = call.prompt
         last_logits: torch.Tensor | None = None
         step = call.config.prefill_chunk or PREFILL_CHUNK
-        for start in range(state.stats.reused_tokens, len(prompt), step):
+        pos = state.stats.reused_tokens
+        while pos < len(prompt):
             # Every slice, the last too: a prompt within one slice (the default 256-token window) was
             # prefilled in full even when cancelled before it started (seconds of a busy worker).
             if call.cancelled():
                 break
+            resumed = self._resumable(call, state, pos, step)  # rows of a stopped slice to finish (resume.py)
+            n = resumed or min(step, len(prompt) - pos)
             try:
                 with interruptible(call.cancel):  # a slice stops between layers once cancelled (interrupt.py)
-                    chunk_logits, h = self._forward(
-                        prompt[start : start + step], state.cache, call.config.pad_to, call.want_feats,
-                        last_only=True,
-                    )
-            except ForwardInterrupted:
-                crop_layers(state.cache, start)  # keep what the earlier slices prefilled
+                    if resumed:
+                        chunk_logits, h = self._resume(call, state, resumed)
+                    else:
+                        chunk_logits, h = self._forward(prompt[pos : pos + n], state.cache, call.config.pad_to,
+                                                        call.want_feats, last_only=True)
+            except ForwardInterrupted as stop:
+                # Keep the layers that ran for a prompt that starts the same way, then give the cache back
+                # what the earlier slices prefilled.
+                self._partial = capture(state.cache, stop, prompt[: pos + n], pos)
+                crop_layers(state.cache, pos)
                 break
+            pos += n
             last_logits = chunk_logits[-1]
             if h is not None:
                 state.feats.add(h)
@@ -309,6 +320,23 @@ class SpeculativeDecoder:
         if last_logits is not None:
             state.stats.target_forwards += 1
         return last_logits
+
+    def _resumable(self, call: _Call, state: _State, pos: int, step: int) -> int:
+        """How many rows of the last stopped slice the prefill at ``pos`` can finish instead of feeding
+        them afresh (0: none, or a target whose forward cannot resume)."""
+        if self._partial is None or getattr(self.target, "dspark_lean", None) is None:
+            return 0
+        return self._partial.rows_for(call.prompt, pos, step, state.cache)
+
+    def _resume(self, call: _Call, state: _State, rows: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Finish the stopped slice's first ``rows`` rows: put back what its finished layers wrote, run the
+        rest; (last row's logits, normed hidden states when the draft reads them), as :meth:`_forward`."""
+        partial, self._partial = self._partial, None
+        assert partial is not None
+        hidden = partial.restore(state.cache, rows)
+        logits, h = self.target.dspark_lean.resume(hidden, partial.layer, state.cache, keep=1)
+        state.stats.resumed_tokens += rows
+        return logits[0].float(), h[0].float() if call.want_feats else None
 
     def _pick(self, call: _Call, state: _State, logits: torch.Tensor) -> int:
         """The target's next token from one row of logits; while healing, only among the tokens that

@@ -9,6 +9,10 @@ forward that checks between layers (models/lean_forward.py) raises :class:`Forwa
 the request waits one layer (~1/28 of the slice) instead of the whole slice, and what the earlier slices
 prefilled is kept. Decode and verify forwards are one short forward each and are never interrupted.
 
+The exception carries the layer it stopped before and the hidden states that layer would have read, so
+the slice's finished layers need not be thrown away: engine/resume.py keeps them and a later prompt that
+starts the same way finishes the slice from that layer.
+
 A thread-local, not an argument: the forward is called through transformers' model signature, which has
 no place for it, and each thread (a warm-up's, a request's) has its own flag.
 """
@@ -19,12 +23,20 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import torch
+
 _local = threading.local()
 
 
 class ForwardInterrupted(Exception):
     """The flag given to :func:`interruptible` was set while a forward ran; its cache holds a partial
-    slice, which the caller must crop."""
+    slice, which the caller must crop. ``layer``: the first layer that did not run; ``hidden``: what it
+    would have read ([1, rows, d]; None when the forward could not say)."""
+
+    def __init__(self, layer: int = 0, hidden: torch.Tensor | None = None) -> None:
+        super().__init__(f"forward stopped before layer {layer}")
+        self.layer = layer
+        self.hidden = hidden
 
 
 @contextmanager
@@ -38,8 +50,9 @@ def interruptible(event: threading.Event | None) -> Iterator[None]:
         _local.event = before
 
 
-def check_interrupt() -> None:
-    """Raise :class:`ForwardInterrupted` when this thread's forward is no longer wanted (a layer boundary)."""
+def check_interrupt(layer: int = 0, hidden: torch.Tensor | None = None) -> None:
+    """Raise :class:`ForwardInterrupted` when this thread's forward is no longer wanted (called at a layer
+    boundary: ``layer`` is about to run on ``hidden``)."""
     event = getattr(_local, "event", None)
     if event is not None and event.is_set():
-        raise ForwardInterrupted
+        raise ForwardInterrupted(layer, hidden)

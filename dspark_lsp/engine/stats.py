@@ -12,6 +12,7 @@ class DecodeStats:
     prompt_tokens: int = 0
     reused_tokens: int = 0  # prompt tokens whose KV came from the prefix cache
     prefill_tokens: int = 0
+    resumed_tokens: int = 0  # of those, rows of a stopped slice whose first layers had run (engine/resume.py)
     new_tokens: int = 0
     target_forwards: int = 0  # every target forward: prefill chunks (the last yields token 1) + verifies
     draft_forwards: int = 0

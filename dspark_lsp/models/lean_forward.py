@@ -94,6 +94,15 @@ def _rms(x: torch.Tensor, norm: Any) -> torch.Tensor:
     return norm.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon))
 
 
+def _prompt_mask(t: int, past: int) -> torch.Tensor | None:
+    """Many rows after cached ones (a prompt's new part): sdpa's own causal flag aligns to the top left,
+    so say which keys each row may see (row i: everything up to its own position). None otherwise."""
+    if t <= ROWWISE_MAX or not past:
+        return None
+    keys = torch.arange(past + t)
+    return (keys[None, :] <= (torch.arange(t) + past)[:, None])[None, None]
+
+
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     # apply_rotary_pos_emb's exact sequence: x * cos + rotate_half(x) * sin.
     half = x.shape[-1] // 2
@@ -261,11 +270,8 @@ class LeanQwen2:
         positions = kwargs.get("position_ids")
         if positions is None:
             positions = (torch.arange(t) + past).unsqueeze(0)
-        if mask is None and t > ROWWISE_MAX and past:
-            # Many rows after cached ones (a prompt's new part): sdpa's own causal flag aligns to the top
-            # left, so say which keys each row may see (row i: everything up to its own position).
-            keys = torch.arange(past + t)
-            mask = (keys[None, :] <= (torch.arange(t) + past)[:, None])[None, None]
+        if mask is None:
+            mask = _prompt_mask(t, past)
 
         h = inner.embed_tokens(input_ids)
         cos, sin = inner.rotary_emb(h, positions)
@@ -305,11 +311,28 @@ class LeanQwen2:
                 hidden.append(h)
         return h
 
+    def resume(self, h: torch.Tensor, first: int, cache: Any, keep: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Finish a forward that stopped before layer ``first`` (engine/interrupt.py): ``h`` [1, t, d] is
+        what entered that layer, whose cache and every later one's lack these rows while the earlier
+        layers' caches hold them. Returns the logits of the last ``keep`` rows (0: all) and the normed
+        hidden states the head read, as a whole forward of the same rows would have."""
+        inner = self.model.model
+        t = h.shape[1]
+        past = int(cache.layers[first].get_seq_length())
+        cos, sin = inner.rotary_emb(h, (torch.arange(t) + past).unsqueeze(0))
+        h = self._python_layers(h, t, cos.unsqueeze(1), sin.unsqueeze(1), cache, _prompt_mask(t, past), None,
+                                first=first)
+        h = _rms(h, inner.norm)
+        return self.head(h[:, -keep:] if keep else h), h
+
     def _python_layers(self, h: torch.Tensor, t: int, cos: torch.Tensor, sin: torch.Tensor, cache: Any,
-                       mask: torch.Tensor | None, hidden: list[torch.Tensor] | None) -> torch.Tensor:
+                       mask: torch.Tensor | None, hidden: list[torch.Tensor] | None, first: int = 0) -> torch.Tensor:
         hd = self.head_dim
-        for i, (layer, qkv, o_proj, gate_up, down_proj) in enumerate(self.layers):
-            check_interrupt()  # a prompt's slice no longer wanted stops here (engine/interrupt.py)
+        for i in range(first, len(self.layers)):
+            layer, qkv, o_proj, gate_up, down_proj = self.layers[i]
+            # A prompt's slice no longer wanted stops here, handing over what layer i would have read
+            # so the slice can be finished later from this layer (engine/interrupt.py, engine/resume.py).
+            check_interrupt(i, h)
             attn = layer.self_attn
             q, k, v = qkv(_rms(h, layer.input_layernorm))
             q = q.view(1, t, -1, hd).transpose(1, 2)

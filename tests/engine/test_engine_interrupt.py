@@ -109,3 +109,102 @@ def test_crop_layers_shortens_each_layer_by_its_own_length(target: Any) -> None:
     assert [int(layer.get_seq_length()) for layer in cache.layers] == [10] * LAYERS
     crop_layers(cache, 4)
     assert [int(layer.get_seq_length()) for layer in cache.layers] == [4] * LAYERS
+
+
+def _stop_in_slice(engine: SpeculativeDecoder, target: Any, prompt: list[int], slice_no: int, layer: int) -> Any:
+    """Run a warm-up (no new tokens, 16-token slices) whose flag goes up while ``layer`` of slice
+    ``slice_no`` (counted from 1) runs, as a request arriving then would set it."""
+    cancel = threading.Event()
+    calls = {"n": 0}
+
+    def raise_flag(_m: Any, _a: Any) -> None:
+        calls["n"] += 1
+        if calls["n"] == slice_no:
+            cancel.set()
+
+    handle = target.model.layers[layer].mlp.down_proj.register_forward_pre_hook(raise_flag)
+    try:
+        return engine.generate(prompt, config=DecodeConfig(max_new_tokens=0, prefill_chunk=16), cancel=cancel)
+    finally:
+        handle.remove()
+
+
+def test_a_stopped_slice_is_finished_from_the_layer_it_stopped_before(target: Any) -> None:
+    prompt = [(7 * i + 3) % V for i in range(40)]
+    pc = PrefixCache(max_entries=4, max_tokens=4096, min_reuse=4)
+    engine = SpeculativeDecoder(target, prefix_cache=pc)
+    assert _stop_in_slice(engine, target, prompt, 2, 1).stats.stop_reason == "cancelled"
+    ran, handles = _count_layers(target)
+    config = DecodeConfig(max_new_tokens=8, prefill_chunk=16)
+    try:
+        again = engine.generate(prompt, config=config)
+    finally:
+        for h in handles:
+            h.remove()
+    assert again.stats.reused_tokens == 16 and again.stats.resumed_tokens == 16
+    # slice 2 runs only layers 2 and 3 (0 and 1 ran before the stop), then the last 8 prompt tokens
+    # go through every layer, then the decode's forwards
+    assert ran[: 2 + LAYERS] == [2, 3, *range(LAYERS)]
+    fresh = SpeculativeDecoder(target).generate(prompt, config=config)
+    assert again.tokens == fresh.tokens
+    # the stopped slice is used once: the same prompt again reuses the stored cache instead
+    assert engine.generate(prompt, config=config).stats.resumed_tokens == 0
+
+
+def test_a_prompt_that_parts_inside_the_slice_takes_only_the_rows_it_shares(target: Any) -> None:
+    prompt = [(3 * i + 1) % V for i in range(48)]
+    engine = SpeculativeDecoder(target, prefix_cache=PrefixCache(max_entries=4, max_tokens=4096, min_reuse=4))
+    _stop_in_slice(engine, target, prompt, 2, 2)
+    other = prompt[:21] + [(t + 5) % V for t in prompt[21:]]  # same as the stopped slice for 5 of its rows
+    config = DecodeConfig(max_new_tokens=8, prefill_chunk=16)
+    res = engine.generate(other, config=config)
+    assert res.stats.reused_tokens == 16 and res.stats.resumed_tokens == 5
+    assert res.tokens == SpeculativeDecoder(target).generate(other, config=config).tokens
+
+
+def test_a_prompt_that_parts_before_the_slice_runs_every_layer(target: Any) -> None:
+    prompt = [(5 * i + 4) % V for i in range(40)]
+    engine = SpeculativeDecoder(target, prefix_cache=PrefixCache(max_entries=4, max_tokens=4096, min_reuse=4))
+    _stop_in_slice(engine, target, prompt, 2, 1)
+    other = prompt[:10] + [(t + 1) % V for t in prompt[10:]]  # differs inside the slice the cache kept
+    config = DecodeConfig(max_new_tokens=8, prefill_chunk=16)
+    res = engine.generate(other, config=config)
+    assert res.stats.resumed_tokens == 0
+    assert res.tokens == SpeculativeDecoder(target).generate(other, config=config).tokens
+
+
+def test_a_resumed_slice_stopped_again_is_kept_from_its_later_layer(target: Any) -> None:
+    prompt = [(11 * i + 6) % V for i in range(40)]
+    engine = SpeculativeDecoder(target, prefix_cache=PrefixCache(max_entries=4, max_tokens=4096, min_reuse=4))
+    _stop_in_slice(engine, target, prompt, 2, 0)  # slice 2 stops before layer 1
+    # the next warm-up finishes it from layer 1 and is stopped again before layer 3 (the hook on layer 2
+    # fires first for the resumed slice)
+    second = _stop_in_slice(engine, target, prompt, 1, 2)
+    assert second.stats.stop_reason == "cancelled" and second.stats.resumed_tokens == 0
+    partial = engine._partial
+    assert partial is not None and partial.start == 16 and partial.layer == 3
+    config = DecodeConfig(max_new_tokens=8, prefill_chunk=16)
+    res = engine.generate(prompt, config=config)
+    assert res.stats.resumed_tokens == 16
+    assert res.tokens == SpeculativeDecoder(target).generate(prompt, config=config).tokens
+
+
+def test_resume_gives_the_logits_of_a_whole_forward(target: Any) -> None:
+    ids = [(9 * i + 2) % V for i in range(24)]
+    whole, part = new_cache(target), new_cache(target)
+    event = threading.Event()
+    with torch.inference_mode():
+        expected = forward(target, ids, whole)
+        forward(target, ids[:8], part)
+        hook = target.model.layers[1].mlp.down_proj.register_forward_pre_hook(lambda _m, _a: event.set())
+        try:
+            with interruptible(event), pytest.raises(ForwardInterrupted) as stop:
+                forward(target, ids[8:], part)
+        finally:
+            hook.remove()
+        assert stop.value.layer == 2 and stop.value.hidden is not None
+        assert [int(layer.get_seq_length()) for layer in part.layers] == [24, 24, 8, 8]
+        logits, h = target.dspark_lean.resume(stop.value.hidden, 2, part, keep=0)
+    assert [int(layer.get_seq_length()) for layer in part.layers] == [24] * LAYERS
+    torch.testing.assert_close(logits[0].float(), expected[8:], rtol=1e-4, atol=1e-4)
+    assert h.shape == (1, 16, target.config.hidden_size)

@@ -37,9 +37,9 @@ FIXTURES = Path(__file__).parents[1] / "helpers" / "lsp_fixtures"
 DOC = "def add(a, b):\n    return a + b\n\nresult = add("
 # The local service's stats keys, in the order they were sent before the contract (the wire form).
 LOCAL_KEYS = [
-    "latency_ms", "tokens", "seconds", "prompt_tokens", "prefill_tokens", "reused_tokens", "target_forwards",
-    "draft_forwards", "accepted_per_forward", "proposed", "accepted", "k_trace", "tau_trace", "t_prefill_ms",
-    "t_draft_ms", "t_verify_ms", "t_other_ms", "draft", "weights", "speedup",
+    "latency_ms", "tokens", "seconds", "prompt_tokens", "prefill_tokens", "reused_tokens", "resumed_tokens",
+    "target_forwards", "draft_forwards", "accepted_per_forward", "proposed", "accepted", "k_trace", "tau_trace",
+    "t_prefill_ms", "t_draft_ms", "t_verify_ms", "t_other_ms", "draft", "weights", "speedup",
 ]
 REMOTE_KEYS = {
     "latency_ms", "seconds", "prompt_tokens", "first_text_ms", "finish_reason", "backend", "served_model",
