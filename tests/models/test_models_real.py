@@ -47,3 +47,36 @@ def test_real_default_model_fim_completion(real: tuple[PreTrainedModel, PreTrain
         out = generate(ids, max_new_tokens=12, do_sample=False)
     text = str(tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True))
     assert "fibonacci(n - 1)" in text.replace("n-1", "n - 1")
+
+
+def test_real_model_finishes_a_stopped_slice_losslessly(real: tuple[PreTrainedModel, PreTrainedTokenizerBase]) -> None:
+    """A warm-up stopped half-way through a slice (engine/interrupt.py) is finished by the next request from
+    the layer it stopped before (engine/resume.py), and the request decodes what a fresh decoder does."""
+    import threading
+    from pathlib import Path
+
+    from dspark_lsp.engine.config import DecodeConfig
+    from dspark_lsp.engine.decode import SpeculativeDecoder
+    from dspark_lsp.engine.prefix_cache import PrefixCache
+
+    model, tok = real
+    source = (Path(__file__).parents[2] / "dspark_lsp" / "engine" / "kv.py").read_text()
+    prompt = tok(source[:1400], add_special_tokens=False).input_ids[:200]
+    engine = SpeculativeDecoder(model, prefix_cache=PrefixCache(max_entries=4, max_tokens=8192, min_reuse=4))
+    cancel, seen = threading.Event(), {"n": 0}
+
+    def raise_flag(_m: Any, _a: Any) -> None:  # the second slice, while layer 9 runs
+        seen["n"] += 1
+        if seen["n"] == 2:
+            cancel.set()
+
+    hook = model.model.layers[9].mlp.down_proj.register_forward_pre_hook(raise_flag)
+    try:
+        warm = engine.generate(prompt, config=DecodeConfig(max_new_tokens=0, prefill_chunk=64), cancel=cancel)
+    finally:
+        hook.remove()
+    assert warm.stats.stop_reason == "cancelled"
+    config = DecodeConfig(max_new_tokens=16, prefill_chunk=64)
+    res = engine.generate(prompt, config=config)
+    assert res.stats.reused_tokens == 64 and res.stats.resumed_tokens == 64
+    assert res.tokens == SpeculativeDecoder(model).generate(prompt, config=config).tokens
