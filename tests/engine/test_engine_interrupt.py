@@ -208,3 +208,27 @@ def test_resume_gives_the_logits_of_a_whole_forward(target: Any) -> None:
     assert [int(layer.get_seq_length()) for layer in part.layers] == [24] * LAYERS
     torch.testing.assert_close(logits[0].float(), expected[8:], rtol=1e-4, atol=1e-4)
     assert h.shape == (1, 16, target.config.hidden_size)
+
+
+def test_warm_ups_stopped_again_and_again_never_lose_what_was_prefilled(target: Any) -> None:
+    """Typing at a file's end: each keystroke's warm-up (the prompt grown by a token) is stopped at some
+    layer of some slice. What the prefix cache covers never shrinks, and the request at the end decodes
+    what a fresh decoder does."""
+    import random
+
+    rng = random.Random(5)
+    pc = PrefixCache(max_entries=4, max_tokens=4096, min_reuse=4)
+    engine = SpeculativeDecoder(target, prefix_cache=pc)
+    prompt = [(13 * i + 7) % V for i in range(120)]
+    covered = 0
+    for _ in range(14):
+        prompt = prompt + [rng.randrange(V)]
+        slice_no, layer = rng.randint(1, 3), rng.randrange(LAYERS)
+        _stop_in_slice(engine, target, prompt, slice_no, layer)
+        now = pc.covered(prompt)
+        assert now >= covered
+        covered = now
+    assert covered > 48  # the stops let the warm-ups get somewhere
+    config = DecodeConfig(max_new_tokens=8, prefill_chunk=16)
+    res = engine.generate(prompt, config=config)
+    assert res.tokens == SpeculativeDecoder(target).generate(prompt, config=config).tokens
