@@ -69,6 +69,7 @@ class LocalDecoder:
 
     def close(self) -> None:
         self.prefix_cache.clear()
+        self.engine.drop_partial()
 
     def warm(self, fp: FimPrompt, config: ServiceConfig, cancel: threading.Event | None, *,
              keep_current: bool = False) -> int:

@@ -142,6 +142,10 @@ class SpeculativeDecoder:
         # The last prefill slice a request stopped half-way, kept for a prompt that starts the same way.
         self._partial: PartialSlice | None = None
 
+    def drop_partial(self) -> None:
+        """Forget the stopped slice kept for resuming (its copies of keys, values and hidden states)."""
+        self._partial = None
+
     # -------------------------------------------------------------------- target forwards, verify layout
     def _forward(
         self,

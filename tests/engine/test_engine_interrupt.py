@@ -232,3 +232,13 @@ def test_warm_ups_stopped_again_and_again_never_lose_what_was_prefilled(target: 
     config = DecodeConfig(max_new_tokens=8, prefill_chunk=16)
     res = engine.generate(prompt, config=config)
     assert res.tokens == SpeculativeDecoder(target).generate(prompt, config=config).tokens
+
+
+def test_a_dropped_partial_is_not_resumed(target: Any) -> None:
+    """drop_partial (what the service's close calls) forgets the stopped slice: the request prefills it anew."""
+    prompt = [(17 * i + 9) % V for i in range(40)]
+    engine = SpeculativeDecoder(target, prefix_cache=PrefixCache(max_entries=4, max_tokens=4096, min_reuse=4))
+    _stop_in_slice(engine, target, prompt, 2, 2)
+    engine.drop_partial()
+    res = engine.generate(prompt, config=DecodeConfig(max_new_tokens=4, prefill_chunk=16))
+    assert res.stats.reused_tokens == 16 and res.stats.resumed_tokens == 0
