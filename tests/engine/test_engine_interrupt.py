@@ -129,6 +129,14 @@ def _stop_in_slice(engine: SpeculativeDecoder, target: Any, prompt: list[int], s
         handle.remove()
 
 
+def _request(engine: SpeculativeDecoder, target: Any, prompt: list[int]) -> Any:
+    """The request after the stops: checks it decodes what a fresh decoder does; returns its stats."""
+    config = DecodeConfig(max_new_tokens=8, prefill_chunk=16)
+    res = engine.generate(prompt, config=config)
+    assert res.tokens == SpeculativeDecoder(target).generate(prompt, config=config).tokens
+    return res.stats
+
+
 def test_a_stopped_slice_is_finished_from_the_layer_it_stopped_before(target: Any) -> None:
     prompt = [(7 * i + 3) % V for i in range(40)]
     pc = PrefixCache(max_entries=4, max_tokens=4096, min_reuse=4)
@@ -156,10 +164,8 @@ def test_a_prompt_that_parts_inside_the_slice_takes_only_the_rows_it_shares(targ
     engine = SpeculativeDecoder(target, prefix_cache=PrefixCache(max_entries=4, max_tokens=4096, min_reuse=4))
     _stop_in_slice(engine, target, prompt, 2, 2)
     other = prompt[:21] + [(t + 5) % V for t in prompt[21:]]  # same as the stopped slice for 5 of its rows
-    config = DecodeConfig(max_new_tokens=8, prefill_chunk=16)
-    res = engine.generate(other, config=config)
-    assert res.stats.reused_tokens == 16 and res.stats.resumed_tokens == 5
-    assert res.tokens == SpeculativeDecoder(target).generate(other, config=config).tokens
+    stats = _request(engine, target, other)
+    assert stats.reused_tokens == 16 and stats.resumed_tokens == 5
 
 
 def test_a_prompt_that_parts_before_the_slice_runs_every_layer(target: Any) -> None:
@@ -167,10 +173,7 @@ def test_a_prompt_that_parts_before_the_slice_runs_every_layer(target: Any) -> N
     engine = SpeculativeDecoder(target, prefix_cache=PrefixCache(max_entries=4, max_tokens=4096, min_reuse=4))
     _stop_in_slice(engine, target, prompt, 2, 1)
     other = prompt[:10] + [(t + 1) % V for t in prompt[10:]]  # differs inside the slice the cache kept
-    config = DecodeConfig(max_new_tokens=8, prefill_chunk=16)
-    res = engine.generate(other, config=config)
-    assert res.stats.resumed_tokens == 0
-    assert res.tokens == SpeculativeDecoder(target).generate(other, config=config).tokens
+    assert _request(engine, target, other).resumed_tokens == 0
 
 
 def test_a_resumed_slice_stopped_again_is_kept_from_its_later_layer(target: Any) -> None:
@@ -183,10 +186,7 @@ def test_a_resumed_slice_stopped_again_is_kept_from_its_later_layer(target: Any)
     assert second.stats.stop_reason == "cancelled" and second.stats.resumed_tokens == 0
     partial = engine._partial
     assert partial is not None and partial.start == 16 and partial.layer == 3
-    config = DecodeConfig(max_new_tokens=8, prefill_chunk=16)
-    res = engine.generate(prompt, config=config)
-    assert res.stats.resumed_tokens == 16
-    assert res.tokens == SpeculativeDecoder(target).generate(prompt, config=config).tokens
+    assert _request(engine, target, prompt).resumed_tokens == 16
 
 
 def test_resume_gives_the_logits_of_a_whole_forward(target: Any) -> None:
@@ -229,9 +229,7 @@ def test_warm_ups_stopped_again_and_again_never_lose_what_was_prefilled(target: 
         assert now >= covered
         covered = now
     assert covered > 48  # the stops let the warm-ups get somewhere
-    config = DecodeConfig(max_new_tokens=8, prefill_chunk=16)
-    res = engine.generate(prompt, config=config)
-    assert res.tokens == SpeculativeDecoder(target).generate(prompt, config=config).tokens
+    _request(engine, target, prompt)
 
 
 def test_a_dropped_partial_is_not_resumed(target: Any) -> None:
