@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import torch
 
+from dspark_lsp.drafts.ngram import NgramDraftSource
 from dspark_lsp.engine.config import DecodeConfig
 from dspark_lsp.engine.decode import SpeculativeDecoder
 from dspark_lsp.engine.interrupt import ForwardInterrupted, check_interrupt, interruptible
@@ -111,7 +112,8 @@ def test_crop_layers_shortens_each_layer_by_its_own_length(target: Any) -> None:
     assert [int(layer.get_seq_length()) for layer in cache.layers] == [4] * LAYERS
 
 
-def _stop_in_slice(engine: SpeculativeDecoder, target: Any, prompt: list[int], slice_no: int, layer: int) -> Any:
+def _stop_in_slice(engine: SpeculativeDecoder, target: Any, prompt: list[int], slice_no: int, layer: int,
+                   draft: Any = None) -> Any:
     """Run a warm-up (no new tokens, 16-token slices) whose flag goes up while ``layer`` of slice
     ``slice_no`` (counted from 1) runs, as a request arriving then would set it."""
     cancel = threading.Event()
@@ -124,7 +126,8 @@ def _stop_in_slice(engine: SpeculativeDecoder, target: Any, prompt: list[int], s
 
     handle = target.model.layers[layer].mlp.down_proj.register_forward_pre_hook(raise_flag)
     try:
-        return engine.generate(prompt, config=DecodeConfig(max_new_tokens=0, prefill_chunk=16), cancel=cancel)
+        return engine.generate(prompt, config=DecodeConfig(max_new_tokens=0, prefill_chunk=16), cancel=cancel,
+                               draft=draft)
     finally:
         handle.remove()
 
@@ -240,3 +243,29 @@ def test_a_dropped_partial_is_not_resumed(target: Any) -> None:
     engine.drop_partial()
     res = engine.generate(prompt, config=DecodeConfig(max_new_tokens=4, prefill_chunk=16))
     assert res.stats.reused_tokens == 16 and res.stats.resumed_tokens == 0
+
+
+class _ReadsFeatures(NgramDraftSource):
+    """An n-gram draft that asks for the target's hidden states (as the feature draft does)."""
+
+    wants_features = True
+
+    def set_features(self, start: int, rows: torch.Tensor) -> None:
+        pass
+
+
+def test_a_resumed_slice_stores_the_hidden_states_a_whole_forward_gives(target: Any) -> None:
+    """A feature draft reads the target's last hidden states of every prompt row: the rows a resumed slice
+    finished are stored as a whole forward computes them."""
+    prompt = [(19 * i + 5) % V for i in range(40)]
+    pc = PrefixCache(max_entries=4, max_tokens=4096, min_reuse=4)
+    engine = SpeculativeDecoder(target, prefix_cache=pc)
+    draft = _ReadsFeatures()
+    _stop_in_slice(engine, target, prompt, 2, 1, draft=draft)
+    res = engine.generate(prompt, config=DecodeConfig(max_new_tokens=1, prefill_chunk=16), draft=draft)
+    assert res.stats.resumed_tokens == 16
+    _, covered, stored = pc.take_with_features(prompt + res.tokens)
+    assert stored is not None and stored[0] == 0 and covered >= 32
+    with torch.inference_mode():
+        fresh = target(input_ids=torch.tensor([prompt]), output_hidden_states=True).hidden_states[-1][0]
+    torch.testing.assert_close(stored[1][16:32], fresh[16:32], rtol=1e-4, atol=1e-4)
