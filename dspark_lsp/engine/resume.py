@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from dspark_lsp.engine.interrupt import ForwardInterrupted
+from dspark_lsp.engine.prefix_cache import common_prefix_len
 
 
 @dataclass
@@ -44,11 +45,7 @@ class PartialSlice:
         layers = getattr(cache, "layers", None)
         if layers is None or any(int(layer.get_seq_length()) != start for layer in layers):
             return 0
-        rows = 0
-        end = min(len(self.ids), len(prompt), start + limit)
-        while start + rows < end and prompt[start + rows] == self.ids[start + rows]:
-            rows += 1
-        return rows
+        return common_prefix_len(prompt[start : start + limit], self.ids[start:])
 
     def restore(self, cache: Any, rows: int) -> torch.Tensor:
         """Append the first ``rows`` rows to the finished layers of ``cache``; returns what the first
