@@ -27,6 +27,8 @@ def _round(v: float | None, digits: int = 4) -> float | None:
 def summarise(attempts: list[Attempt]) -> dict[str, Any]:
     tested = [a.passed for a in attempts if a.passed is not None]
     latencies = [a.latency_ms for a in attempts if a.latency_ms is not None]
+    prefills = [a.prefill_ms for a in attempts if a.prefill_ms is not None]
+    prompts = [float(a.prompt_tokens) for a in attempts if a.prompt_tokens is not None]
     return {
         "n": len(attempts),
         "pass_at_1": _rate(bool(p) for p in tested),
@@ -38,6 +40,9 @@ def summarise(attempts: list[Attempt]) -> dict[str, Any]:
         "too_short": _rate(a.too_short for a in attempts),
         "latency_p50_ms": _round(percentile(latencies, 50), 1),
         "latency_p95_ms": _round(percentile(latencies, 95), 1),
+        # A cold hole's share of latency in its prompt's prefill, and that prompt's size (service only).
+        "prefill_p50_ms": _round(percentile(prefills, 50), 1) if prefills else None,
+        "prompt_tokens_p50": _round(percentile(prompts, 50), 1) if prompts else None,
     }
 
 
@@ -106,7 +111,16 @@ def attempt_from_json(saved: dict[str, Any]) -> Attempt:
         completion_lines=saved["lines"],
         reference_lines=saved["reference_lines"],
         latency_ms=saved.get("latency_ms"),
+        prompt_tokens=saved.get("prompt_tokens"),
+        prefill_ms=saved.get("prefill_ms"),
+        tokens=saved.get("tokens"),
     )
+
+
+def _timing(a: Attempt) -> dict[str, Any]:
+    """The service's breakdown of its latency, only where it was reported (other methods have none)."""
+    got = {"prompt_tokens": a.prompt_tokens, "prefill_ms": _round(a.prefill_ms, 1), "tokens": a.tokens}
+    return {k: v for k, v in got.items() if v is not None}
 
 
 def record_json(rec: Record) -> dict[str, Any]:
@@ -131,6 +145,7 @@ def record_json(rec: Record) -> dict[str, Any]:
                 "lines": a.completion_lines,
                 "reference_lines": a.reference_lines,
                 "latency_ms": _round(a.latency_ms, 1),
+                **_timing(a),
             }
             for m, a in rec.attempts.items()
         },
@@ -144,7 +159,7 @@ def _fmt(v: Any, spec: str) -> str:
 def format_table(report: dict[str, Any]) -> str:
     head = (
         f"{'group':<22} {'method':<16} {'n':>4} {'pass@1':>7} {'EM':>6} {'ES':>6} {'empty':>6} "
-        f"{'long':>6} {'short':>6} {'p50 ms':>8} {'p95 ms':>8}"
+        f"{'long':>6} {'short':>6} {'p50 ms':>8} {'p95 ms':>8} {'prefill':>8} {'prompt':>7}"
     )
     lines = [head, "-" * len(head)]
     for name, g in report["groups"].items():
@@ -153,7 +168,8 @@ def format_table(report: dict[str, Any]) -> str:
                 f"{name:<22} {m:<16} {s['n']:>4} {_fmt(s['pass_at_1'], '.3f'):>7} {_fmt(s['exact_match'], '.3f'):>6} "
                 f"{_fmt(s['edit_similarity'], '.3f'):>6} {_fmt(s['empty'], '.3f'):>6} {_fmt(s['too_long'], '.3f'):>6} "
                 f"{_fmt(s['too_short'], '.3f'):>6} {_fmt(s['latency_p50_ms'], '.0f'):>8} "
-                f"{_fmt(s['latency_p95_ms'], '.0f'):>8}"
+                f"{_fmt(s['latency_p95_ms'], '.0f'):>8} {_fmt(s.get('prefill_p50_ms'), '.0f'):>8} "
+                f"{_fmt(s.get('prompt_tokens_p50'), '.0f'):>7}"
             )
     for name, g in report["groups"].items():
         e = g.get("empty_answers")

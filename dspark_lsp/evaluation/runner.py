@@ -35,6 +35,11 @@ class Attempt:
     completion_lines: int
     reference_lines: int
     latency_ms: float | None = None
+    # Where the service's latency went (its request stats; None for the other methods): a cold hole's
+    # time is its prompt's prefill plus its decode, and the two answer to different fixes.
+    prompt_tokens: int | None = None
+    prefill_ms: float | None = None
+    tokens: int | None = None  # tokens decoded
 
     @property
     def empty(self) -> bool:
@@ -131,7 +136,10 @@ def service_attempt(service: Any, problem: Problem, cfg: RunConfig) -> tuple[Att
     result = service.complete(request_of(problem))
     latency = (time.perf_counter() - t0) * 1000
     passed = check_of(problem, cfg.timeout_s)(result.text) if problem.has_tests else None
-    return judge(problem, result.text, latency, passed), result
+    attempt = judge(problem, result.text, latency, passed)
+    st = result.stats
+    attempt.prompt_tokens, attempt.prefill_ms, attempt.tokens = st.prompt_tokens, st.t_prefill_ms, st.tokens
+    return attempt, result
 
 
 def raw_output(service: Any, problem: Problem, max_tokens: int) -> tuple[str, list[int], str]:

@@ -62,7 +62,11 @@ def test_eval_report_on_tiny_models(
         assert set(g["methods"]) == {"service", "raw", "oracle_cut"}
         for s in g["methods"].values():
             assert s["n"] == 2 and s["tested"] == 2 and 0.0 <= s["pass_at_1"] <= 1.0
-        assert g["methods"]["service"]["latency_p50_ms"] > 0
+        svc = g["methods"]["service"]
+        assert svc["latency_p50_ms"] > 0
+        # A cold hole's prefill is part of its latency, and its prompt is what the service built.
+        assert 0 < svc["prefill_p50_ms"] <= svc["latency_p95_ms"] and svc["prompt_tokens_p50"] > 0
+        assert g["methods"]["raw"]["prefill_p50_ms"] is None  # only the service reports a breakdown
     assert report["skipped"] == {"llamacpp_infill": "--llamacpp off"}
     for p in report["problems"]:
         a = p["attempts"]
@@ -71,6 +75,7 @@ def test_eval_report_on_tiny_models(
         assert a["raw"]["text"].startswith(a["oracle_cut"]["text"])
         # The rescore reads the raw tokens back: they decode to the raw text.
         assert len(p["raw_ids"]) <= 12
+        assert a["service"]["tokens"] >= 1 and a["service"]["prompt_tokens"] > 0 and "tokens" not in a["raw"]
 
     # --rescore: today's rules on the saved raw outputs give back the run's own service texts.
     code, out, err = _run(capsys, "--rescore", str(out_file), "--json")
