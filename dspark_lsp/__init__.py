@@ -22,12 +22,9 @@ os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "8")
 os.environ.setdefault("LRU_CACHE_CAPACITY", "8")
 
 # libgomp (torch's OpenMP runtime on Linux) lets an idle worker thread spin 300,000 iterations before it
-# sleeps. A decode is hundreds of short parallel regions a token with Python between them; when anything
-# else runs on a 2-core machine (the editor, a browser, a build) a spinning worker holds a core the
-# descheduled one needs, and every region waits. Measured with one core busy (bench/results/
-# 2026-12-03-omp-spin/): decode 13.1 -> 24.0 tok/s on the 0.5B and 5.2 -> 9.8 on the 1.5B at 1,000, and
-# the typing replay's p50 1,611 -> 892 ms; on an idle host the replay's p50 was 0.8x (456 vs 553 ms), a
-# smaller loss than the stall it prevents. Set before torch loads libgomp; a spin count or wait policy
-# the user set is kept (GOMP_SPINCOUNT=300000 restores libgomp's).
-if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
-    os.environ["GOMP_SPINCOUNT"] = "1000"
+# sleeps. The package used to cut that to 1,000: with another program keeping a core of a 2-core host busy,
+# a spinning worker held the core its partner needed and the 1.5B decoded at about half speed. It no
+# longer does: the engine now runs one thread while other programs keep a core busy (engine/cpu_share.py),
+# so no worker is left to spin against them, and on an idle host the long spin is the faster one (the
+# 1.5B's one-token forward 29-31 ms against 31-34 ms at 1,000 on Zen 5, 29-33 against 43-46 on Zen 4;
+# docs/CPU_THREADS.md). A spin count or wait policy the user sets is still honoured by libgomp itself.

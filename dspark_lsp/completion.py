@@ -69,6 +69,9 @@ class ServiceConfig:
     draft_mode: str = "semi"
     temperature: float = 0.0
     calibrate: bool = True
+    # CPU threads for the local engine's forwards; 0 = all the cores torch found, dropping to fewer while
+    # other programs keep a core busy (engine/cpu_share.py). A number fixes the count.
+    threads: int = 0
     # Pre-pack linear layers for the CPU (models.packing): auto/on/off.
     pack_weights: str = "auto"
     # Completions from an OpenAI-compatible server instead of the local engine (dspark_lsp.remote);

@@ -95,6 +95,7 @@ class CompletionStats(Mapping[str, Any]):
     t_other_ms: float | None = None
     draft: str | None = None  # the draft source's name; "remote" for a server's answer
     weights: str | None = None  # "gguf", a torch dtype, or "remote"
+    threads: int | None = None  # CPU threads the local engine ran with (engine/cpu_share.py)
     # The speed-up status bars show: tokens per target forward (see from_decode); absent when nothing
     # was decoded or no model ran.
     speedup: float | None = None
@@ -115,7 +116,8 @@ class CompletionStats(Mapping[str, Any]):
 
     # ------------------------------------------------------------------------------------ building
     @classmethod
-    def from_decode(cls, st: DecodeStats, *, latency_ms: float, draft: str, weights: str) -> CompletionStats:
+    def from_decode(cls, st: DecodeStats, *, latency_ms: float, draft: str, weights: str,
+                    threads: int | None = None) -> CompletionStats:
         """The local engine's figures for one completion, from its decode's `DecodeStats`."""
         per_forward = round(st.tokens_per_forward, 3)
         return cls(
@@ -139,6 +141,7 @@ class CompletionStats(Mapping[str, Any]):
             t_other_ms=round(st.t_other * 1000, 2),
             draft=draft,
             weights=weights,
+            threads=threads,
             # The target alone runs one forward per token (the prefill counts once and yields the
             # first), so forwards saved = tokens per target forward. It counts forwards, not seconds (a
             # verify forward of several tokens costs more than a 1-token one, engine.costs), so the

@@ -12,9 +12,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+import torch
+
 from dspark_lsp.completion import Decoded, Prepared, ServiceConfig, finish_text, ids_covering, stop_ids
 from dspark_lsp.contract import CompletionStats
 from dspark_lsp.engine.costs import calibrate_forwards, cost_profile
+from dspark_lsp.engine.cpu_share import CpuWatch, ThreadPolicy
 from dspark_lsp.engine.decode import SpeculativeDecoder
 from dspark_lsp.engine.draft import DraftSource, RecentOutputs
 from dspark_lsp.engine.healing import Heal
@@ -53,6 +56,13 @@ class LocalDecoder:
         self.draft_warmed_tokens = 0  # the same on the draft model's own cache
         param = next(target.parameters())
         self.weights = weights_kind(target)
+        # The thread count follows the other programs' use of the CPU (engine/cpu_share.py); on a GPU
+        # the CPU threads hardly matter and stay as they are.
+        self._on_cpu = param.device.type == "cpu"
+        self._all_threads = torch.get_num_threads()
+        self.cpu_watch = CpuWatch(self._thread_policy(config))
+        if self._on_cpu:
+            self.cpu_watch.start()
         # The scheduler needs this machine's verify-cost curve: measured here (1-2 s for the 0.5B on a
         # CPU; it also finds forward lengths worth padding to), or the published profile for the device
         # when calibration is off.
@@ -66,8 +76,25 @@ class LocalDecoder:
 
     def configure(self, config: ServiceConfig) -> None:
         self.engine.prefix_cache = self.prefix_cache if config.prefix_reuse else None
+        self.cpu_watch.policy = self._thread_policy(config)
+        if self._on_cpu:
+            self.cpu_watch.start()  # no-op when running; starts it when threads went from fixed to 0
+
+    def _thread_policy(self, config: ServiceConfig) -> ThreadPolicy:
+        return ThreadPolicy(most=config.threads or self._all_threads, adaptive=config.threads == 0)
+
+    def use_threads(self) -> int:
+        """Set the calling thread's torch thread count for the next piece of work (torch keeps the count
+        per thread: set it where the forwards run) and return it."""
+        if not self._on_cpu:
+            return torch.get_num_threads()
+        n = self.cpu_watch.threads()
+        if n != torch.get_num_threads():
+            torch.set_num_threads(n)
+        return n
 
     def close(self) -> None:
+        self.cpu_watch.stop()
         self.prefix_cache.clear()
         self.engine.drop_partial()
 
@@ -82,6 +109,7 @@ class LocalDecoder:
         # would replace it). Its prefill is the draft's share of a cold request (the 0.5B drafting for
         # the 1.5B: ~250 ms a 100 tokens), paid here while the user is not waiting.
         if self.draft is not None and not keep_current and not (cancel is not None and cancel.is_set()):
+            self.use_threads()
             self.draft_warmed_tokens += self.draft.prefill(fp.ids, cancel)
         return done
 
@@ -89,6 +117,7 @@ class LocalDecoder:
                      keep_current: bool) -> int:
         if not config.prefix_reuse or self.prefix_cache.covered(fp.ids) >= len(fp.ids) - 1:
             return 0  # nothing to keep it in, or cached already (the decode always feeds the last token)
+        self.use_threads()
         decode_config = replace(config.decode_config(None, self.verify_cost_ms, self.pad_to), max_new_tokens=0,
                                 prefill_chunk=self.warm_slices.size(), keep_others=keep_current)
         res = self.engine.generate(fp.ids, config=decode_config, draft=self.draft, cancel=cancel)
@@ -136,6 +165,7 @@ class LocalDecoder:
             draft.set_recent(RecentOutputs(prep.recent, prep.anchor, len(fp.ids)) if prep.recent else None)
         total = req.max_new_tokens or config.max_new_tokens
         heal = self.heal_for(fp.heal, head)
+        threads = self.use_threads()
         res = self.engine.generate(
             fp.ids + head,
             config=config.decode_config(max(total - len(head), 1), self.verify_cost_ms, self.pad_to),
@@ -158,7 +188,7 @@ class LocalDecoder:
         ids = ids_covering(tokens, len(text), decode_text)
         # "gguf": the target computes from its GGUF's quantized blocks; else its torch dtype
         stats = CompletionStats.from_decode(st, latency_ms=prep.elapsed_ms(), draft=getattr(draft, "name", "none"),
-                                            weights=self.weights)
+                                            weights=self.weights, threads=threads)
         cancelled = st.stop_reason == "cancelled"
         # At the token budget there is nothing left to go on with: an ordinary end.
         unfinished = early.hit and not cancelled and len(tokens) < total

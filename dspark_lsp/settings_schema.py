@@ -341,6 +341,9 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("temperature", "number", 0.0, "0: greedy (lossless); above 0: sampling.", minimum=0, maximum=2, in_editors=False),
     Setting("calibrate", "boolean", True, "Time the target's forwards at load to plan drafting.", in_editors=False),
+    Setting("threads", "integer", 0, "CPU threads for the local engine: 0 = all cores, one fewer per core other "
+            "programs keep busy (checked before each request); a number fixes it.", minimum=0, maximum=1024,
+            in_editors=False),
     # The editors declare `backend`'s fields themselves (VS Code: dspark.backend.<field>; Neovim:
     # settings.backend), checked against remote/config.py by tests/clients/test_editor_backend_settings.py.
     Setting(

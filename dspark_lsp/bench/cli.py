@@ -102,6 +102,10 @@ def _add_lsp_arguments(p: argparse.ArgumentParser) -> None:
         help="--lsp: which context sources are on: open,defs (both), open, defs or none (default: the server's)",
     )
     p.add_argument(
+        "--lsp-threads", type=int, default=None, metavar="N",
+        help="--lsp: the threads setting (0: follow the other programs' load; default: the server's)",
+    )
+    p.add_argument(
         "--lsp-quick-ms", type=int, default=None, metavar="MS",
         help="--lsp: the quickAnswerMs setting (0: every answer whole; default: the server's)",
     )

@@ -546,6 +546,8 @@ def server_settings(args: Any) -> dict[str, Any]:
         settings["prefixShare"] = args.prefix_share
     if getattr(args, "lsp_quick_ms", None) is not None:
         settings["quickAnswerMs"] = args.lsp_quick_ms
+    if getattr(args, "lsp_threads", None) is not None:
+        settings["threads"] = args.lsp_threads
     if getattr(args, "lsp_fim_order", None) is not None:
         settings["fimOrder"] = args.lsp_fim_order
     sources = getattr(args, "lsp_sources", None)

@@ -168,6 +168,8 @@ def test_a_replay_runs_the_servers_own_prompt_settings_unless_told() -> None:
     told = server_settings(build_parser().parse_args(["bench", "--lsp", "--context-window", "300",
                                                       "--prefix-share", "0.8"]))
     assert told["contextWindow"] == 300 and told["prefixShare"] == 0.8
+    assert "threads" not in plain
+    assert server_settings(build_parser().parse_args(["bench", "--lsp", "--lsp-threads", "2"]))["threads"] == 2
 
 
 def test_the_offline_bench_keeps_its_published_prompt_window(monkeypatch: pytest.MonkeyPatch) -> None:

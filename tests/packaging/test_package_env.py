@@ -71,11 +71,11 @@ def test_bf16_products_of_new_row_counts_keep_no_memory() -> None:
 SPIN = "GOMP_SPINCOUNT"
 
 
-def test_import_shortens_libgomps_spin_wait_unless_the_user_chose_one() -> None:
-    """libgomp's idle threads spin 300,000 iterations before sleeping; with one core of the 2-core CPU
-    busy elsewhere that halved the decode (bench/results/2026-12-03-omp-spin/: 0.5B 13.1 -> 24.0 tok/s,
-    1.5B 5.2 -> 9.8 at 1,000). A spin count or wait policy the user set is left as it is."""
+def test_import_leaves_libgomps_spin_wait_to_libgomp() -> None:
+    """The package once set GOMP_SPINCOUNT=1000 (a busy core elsewhere halved the decode with libgomp's
+    300,000). The engine now drops to one thread when another program keeps a core busy
+    (engine/cpu_share.py), and on an idle host the long spin is the faster one (docs/CPU_THREADS.md): the
+    import must not shorten it again, and a count the user chose reaches libgomp untouched."""
     env = {k: v for k, v in os.environ.items() if k not in (SPIN, "OMP_WAIT_POLICY")}
-    assert _seen(env, SPIN) == "1000"
-    assert _seen({**env, SPIN: "300000"}, SPIN) == "300000"
-    assert _seen({**env, "OMP_WAIT_POLICY": "active"}, SPIN) == ""
+    assert _seen(env, SPIN) == ""
+    assert _seen({**env, SPIN: "1000"}, SPIN) == "1000"
