@@ -16,7 +16,8 @@ import torch
 
 from dspark_lsp.completion import Decoded, Prepared, ServiceConfig, finish_text, ids_covering, stop_ids
 from dspark_lsp.contract import CompletionStats
-from dspark_lsp.engine.costs import calibrate_forwards, cost_profile
+from dspark_lsp.engine.cost_plans import CostPlans
+from dspark_lsp.engine.costs import ForwardPlan, calibrate_forwards, cost_profile
 from dspark_lsp.engine.cpu_share import CpuWatch, ThreadPolicy
 from dspark_lsp.engine.decode import SpeculativeDecoder
 from dspark_lsp.engine.draft import DraftSource, RecentOutputs
@@ -65,13 +66,13 @@ class LocalDecoder:
             self.cpu_watch.start()
         # The scheduler needs this machine's verify-cost curve: measured here (1-2 s for the 0.5B on a
         # CPU; it also finds forward lengths worth padding to), or the published profile for the device
-        # when calibration is off.
-        self.pad_to: dict[int, int] = {}
+        # when calibration is off. One per thread count (engine/cost_plans.py): this one is the load's.
         if config.calibrate:
             plan = calibrate_forwards(target)
-            self.verify_cost_ms, self.pad_to = plan.cost_ms, plan.pad_to
         else:
-            self.verify_cost_ms = cost_profile(str(param.device), self.weights, packed=is_packed(target))
+            plan = ForwardPlan(cost_ms=cost_profile(str(param.device), self.weights, packed=is_packed(target)))
+        self.verify_cost_ms, self.pad_to = plan.cost_ms, plan.pad_to
+        self.cost_plans = CostPlans({torch.get_num_threads(): plan}, measure=config.calibrate and self._on_cpu)
         self.warm_slices = WarmSlices.from_verify_cost(self.verify_cost_ms)
 
     def configure(self, config: ServiceConfig) -> None:
@@ -104,6 +105,9 @@ class LocalDecoder:
             from dspark_lsp.models.token_bytes import token_table
 
             token_table(self.tokenizer)
+        # A thread count the engine ran with and has no cost curve of its own yet: measured here, in
+        # the background, stopped between two short forwards by a request.
+        self.cost_plans.fill(self.target, self.use_threads(), cancel)
         done = self._warm_target(fp, config, cancel, keep_current)
         # A draft model keeps one cache of its own: the current prompt's, never a look-ahead's (which
         # would replace it). Its prefill is the draft's share of a cold request (the 0.5B drafting for
@@ -117,8 +121,8 @@ class LocalDecoder:
                      keep_current: bool) -> int:
         if not config.prefix_reuse or self.prefix_cache.covered(fp.ids) >= len(fp.ids) - 1:
             return 0  # nothing to keep it in, or cached already (the decode always feeds the last token)
-        self.use_threads()
-        decode_config = replace(config.decode_config(None, self.verify_cost_ms, self.pad_to), max_new_tokens=0,
+        plan = self.cost_plans.for_threads(self.use_threads())
+        decode_config = replace(config.decode_config(None, plan.cost_ms, plan.pad_to), max_new_tokens=0,
                                 prefill_chunk=self.warm_slices.size(), keep_others=keep_current)
         res = self.engine.generate(fp.ids, config=decode_config, draft=self.draft, cancel=cancel)
         done = 0 if res.stats.stop_reason == "cancelled" else int(res.stats.prefill_tokens)
@@ -166,9 +170,10 @@ class LocalDecoder:
         total = req.max_new_tokens or config.max_new_tokens
         heal = self.heal_for(fp.heal, head)
         threads = self.use_threads()
+        plan = self.cost_plans.for_threads(threads)
         res = self.engine.generate(
             fp.ids + head,
-            config=config.decode_config(max(total - len(head), 1), self.verify_cost_ms, self.pad_to),
+            config=config.decode_config(max(total - len(head), 1), plan.cost_ms, plan.pad_to),
             draft=draft,
             eos_ids=self.stop_ids,
             is_key=is_key,

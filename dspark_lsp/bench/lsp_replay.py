@@ -458,7 +458,7 @@ def _report(label: str, stats: dict[str, Any], typed: int, wall: float) -> Repla
 
 
 _ROW_FIELDS = ("prompt_tokens", "prefill_tokens", "reused_tokens", "resumed_tokens", "tokens", "target_forwards",
-               "t_prefill_ms", "t_draft_ms", "t_verify_ms", "t_other_ms")
+               "t_prefill_ms", "t_draft_ms", "t_verify_ms", "t_other_ms", "threads")
 
 
 def _request_row(latency_ms: float, st: CompletionStats, from_cache: bool) -> dict[str, Any]:

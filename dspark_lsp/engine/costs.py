@@ -9,6 +9,7 @@ On a GPU a forward of up to 8 tokens costs about the same as one.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,8 +56,11 @@ def measure_verify_cost(
     context: int = 128,
     sizes: tuple[int, ...] = CALIBRATION_SIZES,
     repeats: int = 3,
+    cancel: threading.Event | None = None,
 ) -> dict[int, float]:
     """Fastest of ``repeats`` ms of one forward of n tokens on a ``context``-token KV cache, measured on this machine.
+    With ``cancel``: the context goes in 16 tokens a forward and every forward checks it first, so a
+    caller waits at most one short forward; a cancelled measurement returns {}.
 
     The shape of this curve decides whether drafting pays at all: the first test machine verified 2 tokens
     for the price of 1, but we have measured CPUs where 2 tokens cost twice as much (GEMM with a tiny M
@@ -70,7 +74,11 @@ def measure_verify_cost(
     ids = [(i * 7919) % max(2, min(vocab, 50_000)) for i in range(context + max(sizes))]
     sync = _device_sync(model)
     cache = new_cache(model)
-    forward(model, ids[:context], cache, keep=1)
+    step = context if cancel is None else 16
+    for pos in range(0, context, step):
+        if cancel is not None and cancel.is_set():
+            return {}
+        forward(model, ids[pos : min(pos + step, context)], cache, keep=1)
     forward(model, ids[context : context + 1], cache)  # warm the decode path once
     crop(cache, context)
     times: dict[int, list[float]] = {n: [] for n in sizes}
@@ -80,6 +88,8 @@ def measure_verify_cost(
     # then planned with a curve that was flat where it is not).
     for _ in range(repeats):
         for n in sizes:
+            if cancel is not None and cancel.is_set():
+                return {}
             sync()
             t0 = time.perf_counter()
             forward(model, ids[context : context + n], cache)
@@ -153,7 +163,7 @@ def plan_forwards(raw: dict[int, float], min_saving: float = 0.03) -> ForwardPla
     return ForwardPlan(cost_ms=effective, pad_to=pad_to, measured_ms=dict(raw))
 
 
-def calibrate_forwards(model: Any) -> ForwardPlan:
+def calibrate_forwards(model: Any, cancel: threading.Event | None = None) -> ForwardPlan:
     """Time ``model`` on this machine (1-2 s for the 0.5B on a CPU) and plan its forwards: what the
-    server does at load and the benchmark does before its methods run."""
-    return plan_forwards(measure_verify_cost(model, sizes=CALIBRATION_SIZES, repeats=2))
+    server does at load and the benchmark does before its methods run. Cancelled: an empty plan."""
+    return plan_forwards(measure_verify_cost(model, sizes=CALIBRATION_SIZES, repeats=2, cancel=cancel))

@@ -1,0 +1,59 @@
+"""The verify-cost plan (engine.costs.ForwardPlan) for each CPU thread count the engine runs with.
+
+The scheduler drafts by the shape of the target's cost curve: how much dearer a forward of n tokens is
+than one of 1. That shape depends on the threads. The 1.5B on a 2-core Zen 5: at two threads 4 tokens
+cost ~1.7x one (the weights' reading dominates), at one thread ~2.0x (the products' arithmetic does).
+With the thread count following the machine's load (engine/cpu_share.py), a curve measured at load with
+all threads would make the scheduler draft and verify more rows at one thread than pay there. So each
+count gets its own plan: the load-time one for the count at load, the others measured when the engine
+first ran with them, in the background (LocalDecoder.warm), where a request can stop the measurement
+between two short forwards. Until then the nearest count's plan stands in.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from dspark_lsp.engine.costs import ForwardPlan, calibrate_forwards
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CostPlans:
+    """``plans``: thread count -> its plan. ``measure``: time the target for a count not seen yet (False
+    where the load-time curve is a stored profile: calibration off)."""
+
+    plans: dict[int, ForwardPlan]
+    measure: bool = True
+    # Counts the engine ran with that have no plan of their own yet, to measure at the next chance.
+    wanted: set[int] = field(default_factory=set)
+
+    def for_threads(self, threads: int) -> ForwardPlan:
+        """The plan for ``threads``, or the nearest count's (the count is then wanted)."""
+        plan = self.plans.get(threads)
+        if plan is not None:
+            return plan
+        if self.measure:
+            self.wanted.add(threads)
+        nearest = min(self.plans, key=lambda n: (abs(n - threads), n))
+        return self.plans[nearest]
+
+    def fill(self, model: Any, threads: int, cancel: threading.Event | None = None) -> bool:
+        """Measure ``threads``' plan if it is wanted and the caller runs with that many threads now.
+        Returns whether a plan was added (False: not wanted, or cancelled; it stays wanted)."""
+        if threads not in self.wanted:
+            return False
+        t0 = time.perf_counter()
+        plan = calibrate_forwards(model, cancel)
+        if not plan.cost_ms:
+            return False
+        self.plans[threads] = plan
+        self.wanted.discard(threads)
+        log.info("measured the forward costs at %d thread(s) in %.1f s: %s", threads, time.perf_counter() - t0,
+                 {n: round(ms, 1) for n, ms in sorted(plan.measured_ms.items())})
+        return True
