@@ -6,8 +6,8 @@ cost ~1.7x one (the weights' reading dominates), at one thread ~2.0x (the produc
 With the thread count following the machine's load (engine/cpu_share.py), a curve measured at load with
 all threads would make the scheduler draft and verify more rows at one thread than pay there. So each
 count gets its own plan: the load-time one for the count at load, the others measured when the engine
-first ran with them, in the background (LocalDecoder.warm), where a request can stop the measurement
-between two short forwards. Until then the nearest count's plan stands in.
+ran with them, at the next background prefill (LocalDecoder.warm), where a request can stop the
+measurement between two short forwards. Until then the nearest count's plan stands in.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from dspark_lsp.engine.costs import ForwardPlan, calibrate_forwards
@@ -30,30 +30,28 @@ class CostPlans:
 
     plans: dict[int, ForwardPlan]
     measure: bool = True
-    # Counts the engine ran with that have no plan of their own yet, to measure at the next chance.
-    wanted: set[int] = field(default_factory=set)
 
     def for_threads(self, threads: int) -> ForwardPlan:
-        """The plan for ``threads``, or the nearest count's (the count is then wanted)."""
+        """The plan for ``threads``, or the nearest count's (ties: the smaller count)."""
         plan = self.plans.get(threads)
         if plan is not None:
             return plan
-        if self.measure:
-            self.wanted.add(threads)
-        nearest = min(self.plans, key=lambda n: (abs(n - threads), n))
-        return self.plans[nearest]
+        return self.plans[min(self.plans, key=lambda n: (abs(n - threads), n))]
+
+    def missing(self, threads: int) -> bool:
+        """Whether ``threads`` has no plan of its own and one can be measured."""
+        return self.measure and threads not in self.plans
 
     def fill(self, model: Any, threads: int, cancel: threading.Event | None = None) -> bool:
-        """Measure ``threads``' plan if it is wanted and the caller runs with that many threads now.
-        Returns whether a plan was added (False: not wanted, or cancelled; it stays wanted)."""
-        if threads not in self.wanted:
+        """Measure the plan of ``threads`` (the count the caller runs with now) if it has none. Returns
+        whether a plan was added (False: it had one, measuring is off, or ``cancel`` stopped it)."""
+        if not self.missing(threads):
             return False
         t0 = time.perf_counter()
         plan = calibrate_forwards(model, cancel)
         if not plan.cost_ms:
             return False
         self.plans[threads] = plan
-        self.wanted.discard(threads)
         log.info("measured the forward costs at %d thread(s) in %.1f s: %s", threads, time.perf_counter() - t0,
                  {n: round(ms, 1) for n, ms in sorted(plan.measured_ms.items())})
         return True

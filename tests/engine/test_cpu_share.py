@@ -138,16 +138,15 @@ def test_watch_sees_a_real_busy_process() -> None:
     assert seen is not None and seen > 0.6, seen
 
 
-def test_cost_plans_stand_in_with_the_nearest_count_and_want_their_own() -> None:
+def test_cost_plans_stand_in_with_the_nearest_count_until_one_is_measured() -> None:
     from dspark_lsp.engine.cost_plans import CostPlans
     from dspark_lsp.engine.costs import ForwardPlan
 
     two, four = ForwardPlan(cost_ms={1: 30.0, 4: 50.0}), ForwardPlan(cost_ms={1: 20.0, 4: 30.0})
     plans = CostPlans({2: two, 4: four})
-    assert plans.for_threads(2) is two and plans.wanted == set()
+    assert plans.for_threads(2) is two and not plans.missing(2)
     assert plans.for_threads(1) is two and plans.for_threads(3) is two  # ties go to the smaller count
-    assert plans.wanted == {1, 3}
-    assert not plans.fill(model=None, threads=2)  # not wanted: nothing measured (the model is not touched)
+    assert plans.missing(1) and plans.missing(3)
+    assert not plans.fill(model=None, threads=2)  # it has one: nothing measured (the model is not touched)
     fixed = CostPlans({2: two}, measure=False)  # a stored profile: nothing to measure
-    fixed.for_threads(1)
-    assert fixed.wanted == set()
+    assert not fixed.missing(1) and not fixed.fill(model=None, threads=1)

@@ -94,24 +94,24 @@ def test_threads_setting_is_checked(service: CompletionService) -> None:
 
 def test_a_thread_count_gets_its_own_cost_curve_in_the_background(service: CompletionService) -> None:
     """The scheduler's cost curve is measured at load with every thread; the first request at one thread
-    plans with it (the nearest there is) and asks for one of its own, which the next warm-up measures."""
+    plans with it (the nearest there is); the next background warm-up at one thread measures its own."""
     local = service._local()
     loaded = set(local.cost_plans.plans)
     host = _scripted(service, ThreadPolicy(most=2))
     host.run_for(1.0, others=1.0)
     local.cpu_watch.sample()
     local.cost_plans.plans = {2: local.cost_plans.plans[min(loaded)]}  # as on a 2-core machine
-    _complete_on_a_worker(service)
-    assert local.cost_plans.wanted == {1} and set(local.cost_plans.plans) == {2}
+    res, _ = _complete_on_a_worker(service)
+    assert res.stats["threads"] == 1 and local.cost_plans.missing(1) and set(local.cost_plans.plans) == {2}
     req = CompletionRequest(text=DOC + "1", offset=len(DOC) + 1, path="a.py", doc_key="file:///a.py")
     stopped = threading.Event()
     stopped.set()
     worker = threading.Thread(target=lambda: service.warm(req, stopped))
     worker.start()
     worker.join()
-    assert local.cost_plans.wanted == {1}  # a request came: nothing measured, still wanted
+    assert set(local.cost_plans.plans) == {2}  # a request came: nothing measured yet
     worker = threading.Thread(target=lambda: service.warm(req))
     worker.start()
     worker.join()
-    assert local.cost_plans.wanted == set() and set(local.cost_plans.plans) == {1, 2}
+    assert set(local.cost_plans.plans) == {1, 2} and not local.cost_plans.missing(1)
     assert local.cost_plans.plans[1].cost_ms and local.cost_plans.plans[1].cost_ms[1] > 0
