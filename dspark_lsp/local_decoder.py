@@ -8,6 +8,7 @@ service shows. service.CompletionService runs the pipeline around it.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -64,6 +65,9 @@ class LocalDecoder:
         self.cpu_watch = CpuWatch(self._thread_policy(config))
         if self._on_cpu:
             self.cpu_watch.start()
+        # Its reading thread holds the watch, not this decoder: stop it with the decoder even when no
+        # one calls close() (tests, a reload that drops the old service).
+        weakref.finalize(self, self.cpu_watch.stop)
         # The scheduler needs this machine's verify-cost curve: measured here (1-2 s for the 0.5B on a
         # CPU; it also finds forward lengths worth padding to), or the published profile for the device
         # when calibration is off. One per thread count (engine/cost_plans.py): this one is the load's.

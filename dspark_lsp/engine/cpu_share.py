@@ -76,6 +76,12 @@ def others_cores(before: CpuTimes, after: CpuTimes) -> float:
     return max(0.0, theirs / wall)
 
 
+def usable_cores() -> int:
+    """The CPUs this process may run on (its affinity mask where the OS has one, as Linux does)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
+
+
 def threads_for(others: float, cores: int, most: int) -> int:
     """The threads to run with when other processes take ``others`` cores of ``cores``: one per core left
     free, a core counting as free when less than half of it is taken, never more than ``most`` nor fewer
@@ -103,7 +109,7 @@ class CpuWatch:
     def __init__(self, policy: ThreadPolicy, *, cores: int | None = None,
                  reader: Callable[[], CpuTimes | None] = read_cpu_times) -> None:
         self.policy = policy
-        self.cores = cores or len(os.sched_getaffinity(0))
+        self.cores = cores or usable_cores()
         self._reader = reader
         keep = max(2, int(policy.window_s / policy.period_s) + 2)
         self._samples: deque[CpuTimes] = deque(maxlen=keep)

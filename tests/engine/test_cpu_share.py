@@ -150,3 +150,15 @@ def test_cost_plans_stand_in_with_the_nearest_count_until_one_is_measured() -> N
     assert not plans.fill(model=None, threads=2)  # it has one: nothing measured (the model is not touched)
     fixed = CostPlans({2: two}, measure=False)  # a stored profile: nothing to measure
     assert not fixed.missing(1) and not fixed.fill(model=None, threads=1)
+
+
+def test_usable_cores_without_an_affinity_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """macOS and Windows have no os.sched_getaffinity: the watch must still load there."""
+    import os
+
+    from dspark_lsp.engine import cpu_share
+
+    monkeypatch.delattr(os, "sched_getaffinity", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 6)
+    assert cpu_share.usable_cores() == 6
+    assert CpuWatch(ThreadPolicy(most=2)).cores == 6

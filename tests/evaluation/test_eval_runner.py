@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from dspark_lsp.contract import CompletionStats
 from dspark_lsp.evaluation.problems import Problem
 from dspark_lsp.evaluation.report import build_report, format_table
 from dspark_lsp.evaluation.runner import (
@@ -43,6 +44,8 @@ class _Result:
     scope: str = "multi_line"
     stop_reason: str = "syntax"
     completion_ids: list[int] = field(default_factory=list)
+    # The service's figures (contract.CompletionStats); the eval reads its prompt and prefill sizes.
+    stats: CompletionStats = field(default_factory=lambda: CompletionStats(prompt_tokens=12, t_prefill_ms=3.5, tokens=4))
 
 
 class FakeService:
@@ -83,6 +86,8 @@ def test_a_right_completion_counts_as_right() -> None:
     a = rec.attempts[SERVICE]
     assert a.passed is True and a.exact and a.similarity == 1.0 and not a.empty
     assert not a.too_long and not a.too_short and a.latency_ms is not None
+    # Where the time went: the service's own prompt size, prefill time and decoded tokens.
+    assert (a.prompt_tokens, a.prefill_ms, a.tokens) == (12, 3.5, 4)
     peer = rec.attempts[LLAMACPP]
     assert peer.passed is True and not peer.exact and peer.latency_ms == 12.0
     # The request is the server's: whole document, cursor, language, path, a key of its own; cold cache.

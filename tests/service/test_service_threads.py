@@ -115,3 +115,17 @@ def test_a_thread_count_gets_its_own_cost_curve_in_the_background(service: Compl
     worker.join()
     assert set(local.cost_plans.plans) == {1, 2} and not local.cost_plans.missing(1)
     assert local.cost_plans.plans[1].cost_ms and local.cost_plans.plans[1].cost_ms[1] > 0
+
+
+def test_the_load_reading_thread_ends_with_its_decoder(tiny_models: tuple[Path, Path]) -> None:
+    """Each loaded engine reads /proc in a thread of its own; one dropped without close() (a reload, a
+    test) must not leave that thread running for the rest of the process."""
+    import gc
+
+    svc = CompletionService.load(ServiceConfig(model=str(tiny_models[0]), draft_model="ngram"))
+    watch = svc._local().cpu_watch
+    assert watch._thread is not None and watch._thread.is_alive()
+    del svc
+    gc.collect()
+    watch._thread.join(timeout=2.0)
+    assert not watch._thread.is_alive()
