@@ -2,7 +2,7 @@
 
 The scheduler drafts by the shape of the target's cost curve: how much dearer a forward of n tokens is
 than one of 1. That shape depends on the threads. The 1.5B on a 2-core Zen 5: at two threads 4 tokens
-cost ~1.7x one (the weights' reading dominates), at one thread ~2.0x (the products' arithmetic does).
+cost 1.7-1.9x one, at one thread 2.0x (docs/CPU_THREADS.md: the forwards measured per arm).
 With the thread count following the machine's load (engine/cpu_share.py), a curve measured at load with
 all threads would make the scheduler draft and verify more rows at one thread than pay there. So each
 count gets its own plan: the load-time one for the count at load, the others measured when the engine
