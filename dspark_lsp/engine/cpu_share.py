@@ -36,14 +36,23 @@ class CpuTimes:
     at: float  # time.monotonic()
 
 
-def busy_seconds(proc_stat: str, ticks_per_s: float) -> float:
-    """CPU seconds spent working by all CPUs since boot, from /proc/stat's text."""
+def busy_seconds(proc_stat: str, ticks_per_s: float, cpus: frozenset[int] | None = None) -> float:
+    """CPU seconds spent working since boot, from /proc/stat's text: by the CPUs in ``cpus`` (their
+    ``cpuN`` lines), or by all of them (the aggregate line) when None. A container pinned to a few CPUs of
+    a big host sees the whole host in the aggregate line: its own CPUs are the ones that matter."""
+    total, seen = 0, False
     for line in proc_stat.splitlines():
         fields = line.split()
-        if fields and fields[0] == "cpu":
+        if not fields or not fields[0].startswith("cpu"):
+            continue
+        name = fields[0]
+        if (cpus is None and name == "cpu") or (cpus is not None and name[3:].isdigit() and int(name[3:]) in cpus):
             values = [int(v) for v in fields[1:]]
-            return sum(values[i] for i in _BUSY_COLUMNS if i < len(values)) / ticks_per_s
-    raise ValueError("no aggregate 'cpu' line in /proc/stat")
+            total += sum(values[i] for i in _BUSY_COLUMNS if i < len(values))
+            seen = True
+    if not seen:
+        raise ValueError("no matching 'cpu' line in /proc/stat")
+    return total / ticks_per_s
 
 
 def own_seconds(self_stat: str, ticks_per_s: float) -> float:
@@ -54,12 +63,12 @@ def own_seconds(self_stat: str, ticks_per_s: float) -> float:
     return (utime + stime) / ticks_per_s
 
 
-def read_cpu_times() -> CpuTimes | None:
-    """Now's reading, or None where /proc cannot be read (not Linux)."""
+def read_cpu_times(cpus: frozenset[int] | None = None) -> CpuTimes | None:
+    """Now's reading (busy time of ``cpus``, default all), or None where /proc cannot be read (not Linux)."""
     try:
         ticks = float(os.sysconf("SC_CLK_TCK"))
         with open("/proc/stat", encoding="ascii") as fh:
-            busy = busy_seconds(fh.read(), ticks)
+            busy = busy_seconds(fh.read(), ticks, cpus)
         with open("/proc/self/stat", encoding="ascii") as fh:
             own = own_seconds(fh.read(), ticks)
     except (OSError, ValueError, IndexError):
@@ -76,10 +85,21 @@ def others_cores(before: CpuTimes, after: CpuTimes) -> float:
     return max(0.0, theirs / wall)
 
 
-def usable_cores() -> int:
-    """The CPUs this process may run on (its affinity mask where the OS has one, as Linux does)."""
+def usable_cpus() -> frozenset[int] | None:
+    """The CPUs this process may run on (its affinity mask), None where the OS has no such call."""
     affinity = getattr(os, "sched_getaffinity", None)
-    return len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
+    return frozenset(affinity(0)) if affinity is not None else None
+
+
+def usable_cores() -> int:
+    """How many CPUs this process may run on."""
+    cpus = usable_cpus()
+    return len(cpus) if cpus is not None else (os.cpu_count() or 1)
+
+
+def read_own_cpus() -> CpuTimes | None:
+    """A reading of the CPUs this process may run on: the others' use that competes with ours."""
+    return read_cpu_times(usable_cpus())
 
 
 def threads_for(others: float, cores: int, most: int) -> int:
@@ -107,7 +127,7 @@ class CpuWatch:
     there for tests."""
 
     def __init__(self, policy: ThreadPolicy, *, cores: int | None = None,
-                 reader: Callable[[], CpuTimes | None] = read_cpu_times) -> None:
+                 reader: Callable[[], CpuTimes | None] = read_own_cpus) -> None:
         self.policy = policy
         self.cores = cores or usable_cores()
         self._reader = reader

@@ -21,6 +21,8 @@ from dspark_lsp.engine.cpu_share import (
 
 PROC_STAT = """cpu  1000 50 300 9000 40 10 20 30 0 0
 cpu0 500 25 150 4500 20 5 10 15 0 0
+cpu1 300 5 100 4000 10 5 5 10 0 0
+cpu12 200 20 50 500 10 0 5 5 0 0
 intr 12345
 """
 # A command name with spaces and a parenthesis, as a process may call itself.
@@ -31,6 +33,15 @@ SELF_STAT = ("4242 (py (x) y) S 1 4242 4242 0 -1 4194304 100 0 0 0 "
 def test_busy_seconds_counts_work_columns_only() -> None:
     # user + nice + system + irq + softirq + steal; idle and iowait are not work.
     assert busy_seconds(PROC_STAT, 100.0) == pytest.approx((1000 + 50 + 300 + 10 + 20 + 30) / 100)
+
+
+def test_busy_seconds_of_the_cpus_this_process_may_use() -> None:
+    """Pinned to CPUs 1 and 12 of a bigger host (a container's cpuset), only their lines count: the
+    aggregate line holds the whole host's work, which does not compete with ours."""
+    cpu1, cpu12 = 300 + 5 + 100 + 5 + 5 + 10, 200 + 20 + 50 + 0 + 5 + 5
+    assert busy_seconds(PROC_STAT, 100.0, frozenset({1, 12})) == pytest.approx((cpu1 + cpu12) / 100)
+    with pytest.raises(ValueError):
+        busy_seconds(PROC_STAT, 100.0, frozenset({7}))
 
 
 def test_busy_seconds_rejects_text_without_the_cpu_line() -> None:
@@ -160,5 +171,5 @@ def test_usable_cores_without_an_affinity_call(monkeypatch: pytest.MonkeyPatch) 
 
     monkeypatch.delattr(os, "sched_getaffinity", raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 6)
-    assert cpu_share.usable_cores() == 6
+    assert cpu_share.usable_cores() == 6 and cpu_share.usable_cpus() is None
     assert CpuWatch(ThreadPolicy(most=2)).cores == 6
