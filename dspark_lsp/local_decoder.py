@@ -76,7 +76,7 @@ class LocalDecoder:
         else:
             plan = ForwardPlan(cost_ms=cost_profile(str(param.device), self.weights, packed=is_packed(target)))
         self.verify_cost_ms, self.pad_to = plan.cost_ms, plan.pad_to
-        self.cost_plans = CostPlans({torch.get_num_threads(): plan}, measure=config.calibrate and self._on_cpu)
+        self.cost_plans = CostPlans({self._all_threads: plan}, measure=config.calibrate and self._on_cpu)
         self.warm_slices = WarmSlices.from_verify_cost(self.verify_cost_ms)
 
     def configure(self, config: ServiceConfig) -> None:

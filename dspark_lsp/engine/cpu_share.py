@@ -97,11 +97,6 @@ def usable_cores() -> int:
     return len(cpus) if cpus is not None else (os.cpu_count() or 1)
 
 
-def read_own_cpus() -> CpuTimes | None:
-    """A reading of the CPUs this process may run on: the others' use that competes with ours."""
-    return read_cpu_times(usable_cpus())
-
-
 def threads_for(others: float, cores: int, most: int) -> int:
     """The threads to run with when other processes take ``others`` cores of ``cores``: one per core left
     free, a core counting as free when less than half of it is taken, never more than ``most`` nor fewer
@@ -127,10 +122,12 @@ class CpuWatch:
     there for tests."""
 
     def __init__(self, policy: ThreadPolicy, *, cores: int | None = None,
-                 reader: Callable[[], CpuTimes | None] = read_own_cpus) -> None:
+                 reader: Callable[[], CpuTimes | None] | None = None) -> None:
         self.policy = policy
         self.cores = cores or usable_cores()
-        self._reader = reader
+        # The CPUs this process may run on, looked up once: only their use competes with ours.
+        cpus = usable_cpus()
+        self._reader = reader or (lambda: read_cpu_times(cpus))
         keep = max(2, int(policy.window_s / policy.period_s) + 2)
         self._samples: deque[CpuTimes] = deque(maxlen=keep)
         self._lock = threading.Lock()
@@ -163,8 +160,8 @@ class CpuWatch:
             if len(self._samples) < 2:
                 return None
             last = self._samples[-1]
-            first = next((s for s in self._samples if last.at - s.at <= self.policy.window_s + 1e-9),
-                         self._samples[-2])
+            # The oldest reading within the window; the one before the last where none but it is.
+            first = next(s for s in self._samples if last.at - s.at <= self.policy.window_s + 1e-9)
             if first is last:
                 first = self._samples[-2]
         return others_cores(first, last)
